@@ -1,0 +1,432 @@
+"""Pretraining configuration: one strict object mirroring the official `configure_pretraining.py`.
+
+Every official hparam keeps its name, default and meaning (see `docs/config.md` for the table and for
+the few places where electra-tf deliberately differs). The construction order follows the official
+one, so a user's JSON that worked there means the same thing here:
+
+1. defaults; 2. the user's hparams (an unknown key is an error naming it);
+3. size presets (`model_size`) and `debug` overrides, for keys the user did not set;
+4. derived values (`max_predictions_per_seq`, paths), unless the user set them explicitly.
+
+Step 3 is the official "second update" made explicit: official code applies the presets and then
+re-applies the user's hparams, which is the same as applying presets only to keys the user left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import typing
+from typing import Any, Mapping, Optional, Union
+
+MODEL_SIZES = ("small", "base", "large")
+
+# Official `training_utils.get_bert_config` size table: hidden width and depth. Heads and FFN width
+# are derived (hidden // 64 and 4 * hidden).
+_SIZE_TABLE = {
+    "small": {"hidden_size": 256, "num_hidden_layers": 12},
+    "base": {"hidden_size": 768, "num_hidden_layers": 12},
+    "large": {"hidden_size": 1024, "num_hidden_layers": 24},
+}
+
+# The paper's training settings for base and large (Table 6). The official repo keeps them as a
+# commented-out block in configure_pretraining.py; electra-tf applies them when the size is chosen
+# (user hparams still win). Small keeps the official defaults, with embedding_size forced to 128.
+SIZE_PRESETS = {
+    "small": {"embedding_size": 128},
+    "base": {
+        "max_seq_length": 512,
+        "learning_rate": 2e-4,
+        "embedding_size": 768,
+        "generator_hidden_size": 0.33333,
+        "train_batch_size": 256,
+    },
+    "large": {
+        "max_seq_length": 512,
+        "learning_rate": 2e-4,
+        "embedding_size": 1024,
+        "mask_prob": 0.25,
+        "train_batch_size": 2048,
+    },
+}
+
+# Official debug mode: a tiny model trained for a few steps (the model part lives in
+# `get_bert_config`). Unlike the official code, debug never deletes the model directory.
+DEBUG_PRESET = {
+    "train_batch_size": 8,
+    "num_train_steps": 20,
+    "eval_batch_size": 4,
+    "iterations_per_loop": 1,
+    "num_eval_steps": 2,
+}
+DEBUG_MODEL = {
+    "num_hidden_layers": 3,
+    "hidden_size": 144,
+    "intermediate_size": 576,
+    "num_attention_heads": 4,
+}
+
+
+class ConfigError(ValueError):
+    """An hparam is unknown, has the wrong type or an invalid value."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Transformer sizes of one encoder (the official `BertConfig`, plus `embedding_size`).
+
+    Attributes:
+        vocab_size: int. Rows of the word-embedding table.
+        hidden_size: int. Width H of the transformer.
+        num_hidden_layers: int. Number of transformer blocks.
+        num_attention_heads: int. Heads per block; must divide hidden_size.
+        intermediate_size: int. FFN width.
+        embedding_size: int. Width E of the embedding block; a linear E->H projection is added
+            when E != H.
+        hidden_act: str. FFN activation; "gelu" is the exact (erf) GELU.
+        hidden_dropout_prob: float. Dropout on embeddings and residual branches.
+        attention_probs_dropout_prob: float. Dropout on attention probabilities.
+        max_position_embeddings: int. Rows of the position table.
+        type_vocab_size: int. Rows of the token-type table.
+        initializer_range: float. Stddev of the truncated-normal initializer.
+    """
+
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    embedding_size: int
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                f"{self.num_attention_heads}"
+            )
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "embedding_size", "max_position_embeddings",
+                     "type_vocab_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"model {name} must be >= 1, got {getattr(self, name)}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_MODEL_OVERRIDE_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "embedding_size")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingConfig:
+    """All pretraining hparams, official names and defaults (see module docstring for the order).
+
+    Build one with `PretrainingConfig.create(model_name, data_dir, hparams)`; fields are documented
+    in `docs/config.md`.
+    """
+
+    model_name: str
+    data_dir: str
+
+    # --- What to run ---
+    debug: bool = False  # tiny model, few steps (see DEBUG_PRESET / DEBUG_MODEL)
+    do_train: bool = True  # pretrain
+    do_eval: bool = False  # evaluate on the held-out split
+
+    # --- Objective ---
+    electra_objective: bool = True  # False = MLM only (BERT with dynamic masking, no NSP)
+    electric_objective: bool = False  # Electric (not supported: see docs/config.md)
+    gen_weight: float = 1.0  # weight of the generator's MLM loss
+    disc_weight: float = 50.0  # weight of the discriminator's RTD loss
+    mask_prob: float = 0.15  # fraction of tokens selected for masking
+    mask_with_replacement: bool = True  # official: positions drawn with replacement (issue #41)
+
+    # --- Optimisation ---
+    learning_rate: float = 5e-4
+    lr_decay_power: float = 1.0  # polynomial decay power (1 = linear)
+    weight_decay_rate: float = 0.01
+    num_warmup_steps: int = 10000
+
+    # --- Training loop ---
+    iterations_per_loop: int = 200  # steps per compiled call
+    save_checkpoints_steps: int = 1000
+    num_train_steps: int = 1000000
+    num_eval_steps: int = 100
+    keep_checkpoint_max: int = 5  # 0 keeps all
+    seed: int = 0  # every random draw (init, masking, sampling, dropout, data order) derives from it
+
+    # --- Model ---
+    model_size: str = "small"  # small | base | large
+    model_hparam_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    embedding_size: Optional[int] = None  # None = hidden_size; forced to 128 for small
+    vocab_size: int = 30522
+    do_lower_case: bool = True  # informational: tokenisation happens in the builder
+
+    # --- Generator ---
+    uniform_generator: bool = False  # sample replacements uniformly (no generator network)
+    two_tower_generator: bool = False  # Electric's cloze generator (not supported)
+    untied_generator_embeddings: bool = False  # True = generator has its own embedding block
+    untied_generator: bool = True  # False = full-size generator sharing all discriminator weights
+    generator_layers: float = 1.0  # generator depth as a fraction of the discriminator's
+    generator_hidden_size: float = 0.25  # generator width as a fraction of the discriminator's
+    disallow_correct: bool = False  # never sample the original token
+    temperature: float = 1.0  # generator sampling temperature
+
+    # --- Batching ---
+    max_seq_length: int = 128
+    max_predictions_per_seq: Optional[int] = None  # None = int((mask_prob + 0.005) * max_seq_length)
+    train_batch_size: int = 128  # global batch
+    eval_batch_size: int = 128  # global batch
+
+    # --- TPU (official names) ---
+    use_tpu: bool = False
+    num_tpu_cores: int = 1
+    tpu_job_name: Optional[str] = None
+    tpu_name: Optional[str] = None
+    tpu_zone: Optional[str] = None
+    gcp_project: Optional[str] = None
+
+    # --- Paths (derived from data_dir / model_name when None) ---
+    pretrain_tfrecords: Optional[str] = None  # comma-separated globs
+    eval_tfrecords: Optional[str] = None  # held-out split written by the builder
+    vocab_file: Optional[str] = None
+    model_dir: Optional[str] = None
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, model_name: str, data_dir: str,
+               hparams: Union[None, str, Mapping[str, Any]] = None) -> "PretrainingConfig":
+        """Builds a config the official way: defaults, hparams, presets, derived values.
+
+        Args:
+            model_name: str. Name of the run; the model directory is `data_dir/models/model_name`.
+            data_dir: str. Directory holding vocab.txt and pretrain_tfrecords/.
+            hparams: None, a JSON string, a path to a .json file, or a mapping of overrides.
+
+        Raises:
+            ConfigError: an unknown key (named, with the closest valid key), a wrong type or an
+                invalid value.
+        """
+        user = parse_hparams(hparams)
+        for key in ("model_name", "data_dir"):
+            if key in user:
+                raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
+        _check_known(user)
+        values = {"model_name": model_name, "data_dir": data_dir}
+        values.update({k: _coerce(k, v) for k, v in user.items()})
+
+        size = values.get("model_size", cls.model_size)
+        if size not in MODEL_SIZES:
+            raise ConfigError(f"model_size must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+        presets = dict(SIZE_PRESETS[size])
+        if values.get("debug", False):
+            presets.update(DEBUG_PRESET)
+        for key, value in presets.items():
+            values.setdefault(key, value)
+
+        config = cls(**values)
+        derived = {}
+        if config.max_predictions_per_seq is None:
+            derived["max_predictions_per_seq"] = int((config.mask_prob + 0.005) * config.max_seq_length)
+        join = os.path.join
+        if config.pretrain_tfrecords is None:
+            derived["pretrain_tfrecords"] = join(data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*")
+        if config.eval_tfrecords is None:
+            derived["eval_tfrecords"] = join(data_dir, "pretrain_tfrecords", "eval_data.tfrecord*")
+        if config.vocab_file is None:
+            derived["vocab_file"] = join(data_dir, "vocab.txt")
+        if config.model_dir is None:
+            derived["model_dir"] = join(data_dir, "models", model_name)
+        config = dataclasses.replace(config, **derived)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Checks value ranges and combinations; raises ConfigError naming the hparam."""
+        def need(cond, message):
+            if not cond:
+                raise ConfigError(message)
+
+        need(self.do_train or self.do_eval, "nothing to do: set do_train or do_eval to true")
+        need(not self.electric_objective and not self.two_tower_generator,
+             "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
+             "see docs/config.md")
+        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
+        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
+        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
+             "gen_weight and disc_weight must be >= 0")
+        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
+        need(0.0 < self.generator_layers, "generator_layers must be > 0")
+        need(8 <= self.max_seq_length <= 512,
+             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
+        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
+             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
+        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
+                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
+        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
+        need(self.learning_rate >= 0.0, "learning_rate must be >= 0")
+        need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
+        unknown = sorted(set(self.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
+        need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
+                          f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
+        if not self.untied_generator:
+            need(self.electra_objective,
+                 "untied_generator=false shares the discriminator with the generator: needs electra_objective")
+        # Building the model configs validates sizes (head divisibility etc.).
+        bert = get_bert_config(self)
+        if self.electra_objective and self.untied_generator:
+            get_generator_config(self, bert)
+
+    # --- Serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["model_hparam_overrides"] = dict(self.model_hparam_overrides)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def save(self, path: str) -> None:
+        """Writes the resolved config as JSON (atomically: temp file + rename)."""
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(self.to_json() + "\n")
+        os.replace(tmp, path)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "PretrainingConfig":
+        """Rebuilds a resolved config (e.g. a saved config.json) without re-applying presets."""
+        d = dict(d)
+        _check_known({k: v for k, v in d.items() if k not in ("model_name", "data_dir")})
+        config = cls(**{k: _coerce(k, v) if k not in ("model_name", "data_dir") else v
+                        for k, v in d.items()})
+        config.validate()
+        return config
+
+    @classmethod
+    def load(cls, path: str) -> "PretrainingConfig":
+        with open(path, encoding="utf-8") as f:
+            try:
+                return cls.from_dict(json.load(f))
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
+
+
+HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(PretrainingConfig)
+                     if f.name not in ("model_name", "data_dir"))
+
+
+def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
+    """Turns `--hparams` (JSON string, path to a .json file, or mapping) into a dict.
+
+    Raises:
+        ConfigError: the file is missing, the JSON is invalid, or it is not an object.
+    """
+    if hparams is None:
+        return {}
+    if isinstance(hparams, Mapping):
+        return dict(hparams)
+    text = hparams.strip()
+    source = "--hparams"
+    if text.endswith(".json") and not text.startswith("{"):
+        if not os.path.isfile(text):
+            raise ConfigError(f"hparams file not found: {text}")
+        source = text
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    try:
+        parsed = json.loads(text) if text else {}
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"{source}: expected a JSON object of hparams, got {type(parsed).__name__}")
+    return parsed
+
+
+def _check_known(hparams: Mapping[str, Any]) -> None:
+    for key in hparams:
+        if key not in HPARAM_NAMES:
+            close = difflib.get_close_matches(key, HPARAM_NAMES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"Unknown hparam {key!r}{hint}")
+
+
+_TYPES = typing.get_type_hints(PretrainingConfig)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Checks a value against the field's annotated type; ints are accepted for float fields."""
+    annotation = _TYPES[key]
+    optional = typing.get_origin(annotation) is Union and type(None) in typing.get_args(annotation)
+    if optional:
+        if value is None:
+            return None
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if annotation is bool:
+        ok = isinstance(value, bool)
+    elif annotation is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif annotation is str:
+        ok = isinstance(value, str)
+    else:  # Mapping
+        ok = isinstance(value, Mapping)
+    if not ok:
+        name = getattr(annotation, "__name__", str(annotation))
+        raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
+                          f"got {value!r} ({type(value).__name__})")
+    return value
+
+
+def get_bert_config(config: PretrainingConfig) -> ModelConfig:
+    """The discriminator's sizes: official size table, overrides applied twice, debug model.
+
+    Heads and FFN width are derived from the (possibly overridden) hidden size, then the overrides
+    are applied again, so overriding hidden_size re-derives heads and FFN unless they are overridden
+    too (official `training_utils.get_bert_config`).
+    """
+    d = dict(_SIZE_TABLE[config.model_size], vocab_size=config.vocab_size)
+    d.update(config.model_hparam_overrides)
+    d["num_attention_heads"] = max(1, d["hidden_size"] // 64)
+    d["intermediate_size"] = 4 * d["hidden_size"]
+    d.update(config.model_hparam_overrides)
+    if config.debug:
+        d.update(DEBUG_MODEL)
+    d["embedding_size"] = config.embedding_size or d["hidden_size"]
+    return ModelConfig(**d)
+
+
+def get_generator_config(config: PretrainingConfig, bert_config: ModelConfig) -> ModelConfig:
+    """The generator's sizes, derived by the official fractions.
+
+    hidden = round(H * generator_hidden_size), layers = round(layers * generator_layers),
+    FFN = 4 * hidden, heads = max(1, hidden // 64). With shared embeddings the generator reads the
+    discriminator's embedding block (width E); untied, it has its own at its hidden width.
+    """
+    hidden = int(round(bert_config.hidden_size * config.generator_hidden_size))
+    layers = int(round(bert_config.num_hidden_layers * config.generator_layers))
+    if hidden < 1 or layers < 1:
+        raise ConfigError(
+            f"generator would have hidden_size {hidden} and {layers} layers: raise "
+            "generator_hidden_size / generator_layers"
+        )
+    return dataclasses.replace(
+        bert_config,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        intermediate_size=4 * hidden,
+        num_attention_heads=max(1, hidden // 64),
+        embedding_size=hidden if config.untied_generator_embeddings else bert_config.embedding_size,
+    )

@@ -1,0 +1,122 @@
+"""WordPiece vocabularies: reading, validating and fingerprinting `vocab.txt` files.
+
+A vocab file holds one token per line; a token's id is its 0-based line index (BERT's convention,
+each line stripped of surrounding whitespace). ELECTRA needs five special tokens; their ids are
+looked up by string here, once, and handed to tensor code as plain integers (`SpecialTokens`),
+so no tensor function ever reads a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import NamedTuple
+
+PAD_TOKEN = "[PAD]"
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+MASK_TOKEN = "[MASK]"
+# The tokens every ELECTRA vocab must contain; [PAD] must also be id 0, since the builder pads
+# with 0 and the model treats id 0 under input_mask 0 as padding.
+REQUIRED_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+
+
+class VocabError(ValueError):
+    """A vocab file is missing, unreadable or lacks a required special token."""
+
+
+class SpecialTokens(NamedTuple):
+    """Ids of the special tokens, passed explicitly to masking and example building."""
+
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+
+class Vocab(NamedTuple):
+    """A loaded vocab file.
+
+    Attributes:
+        path: str. Where it was read from.
+        tokens: tuple[str, ...]. Token strings in id order.
+        special: SpecialTokens. Ids of [PAD], [UNK], [CLS], [SEP], [MASK].
+        sha256: str. Hex digest of the file's bytes; the builder's manifest and the trainer
+            compare it to catch a dataset built with a different vocab.
+    """
+
+    path: str
+    tokens: tuple
+    special: SpecialTokens
+    sha256: str
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+
+def file_sha256(path: str, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes, read in chunks (bounded memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(chunk_size), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_vocab(path: str) -> Vocab:
+    """Reads and validates a BERT-style vocab file.
+
+    Args:
+        path: str. Path of a UTF-8 file with one token per line.
+
+    Returns:
+        A `Vocab`.
+
+    Raises:
+        VocabError: the file is missing, unreadable, not UTF-8, has duplicate tokens, lacks a
+            required special token, or [PAD] is not id 0. The message names the file.
+    """
+    if not os.path.isfile(path):
+        raise VocabError(f"vocab file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise VocabError(f"cannot read vocab file {path}: {e.strerror}") from e
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"vocab file {path} is not UTF-8 (byte offset {e.start})") from e
+    # BERT's load_vocab strips each line; a trailing newline does not add an empty token.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    tokens = tuple(line.strip() for line in lines)
+    if not tokens:
+        raise VocabError(f"vocab file {path} is empty")
+    index = {}
+    for i, token in enumerate(tokens):
+        if token in index:
+            raise VocabError(
+                f"vocab file {path}: token {token!r} appears twice (lines {index[token] + 1} and {i + 1})"
+            )
+        index[token] = i
+    missing = [t for t in REQUIRED_TOKENS if t not in index]
+    if missing:
+        raise VocabError(f"vocab file {path} lacks required special token(s): {', '.join(missing)}")
+    if index[PAD_TOKEN] != 0:
+        raise VocabError(
+            f"vocab file {path}: {PAD_TOKEN} must be on the first line (id 0), found at line "
+            f"{index[PAD_TOKEN] + 1}"
+        )
+    special = SpecialTokens(
+        pad_id=index[PAD_TOKEN],
+        unk_id=index[UNK_TOKEN],
+        cls_id=index[CLS_TOKEN],
+        sep_id=index[SEP_TOKEN],
+        mask_id=index[MASK_TOKEN],
+    )
+    return Vocab(path=path, tokens=tokens, special=special, sha256=hashlib.sha256(raw).hexdigest())

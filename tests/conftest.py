@@ -1,0 +1,28 @@
+"""Shared pytest setup.
+
+Two logical CPU devices are configured before any TensorFlow op runs, so distributed tests can use
+`tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])`; single-device code is unaffected.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # reference libraries must never reach a hub
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+if _cpus:
+    try:
+        tf.config.set_logical_device_configuration(
+            _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    except RuntimeError:  # already initialised by an earlier import: keep what exists
+        pass
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def repo_root():
+    return REPO_ROOT
