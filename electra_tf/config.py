@@ -422,11 +422,19 @@ def get_generator_config(config: PretrainingConfig, bert_config: ModelConfig) ->
             f"generator would have hidden_size {hidden} and {layers} layers: raise "
             "generator_hidden_size / generator_layers"
         )
+    try:
+        return _replace_model(bert_config, hidden, layers, config.untied_generator_embeddings)
+    except ConfigError as e:
+        raise ConfigError(f"generator (derived by generator_hidden_size={config.generator_hidden_size}, "
+                          f"generator_layers={config.generator_layers}): {e}") from None
+
+
+def _replace_model(bert_config: ModelConfig, hidden: int, layers: int, untied_embeddings: bool) -> ModelConfig:
     return dataclasses.replace(
         bert_config,
         hidden_size=hidden,
         num_hidden_layers=layers,
         intermediate_size=4 * hidden,
         num_attention_heads=max(1, hidden // 64),
-        embedding_size=hidden if config.untied_generator_embeddings else bert_config.embedding_size,
+        embedding_size=hidden if untied_embeddings else bert_config.embedding_size,
     )

@@ -1,0 +1,256 @@
+"""The ELECTRA pretraining model: masking, generator, sampling, discriminator and the joint loss.
+
+This mirrors `PretrainingModel.__init__` of the official `run_pretraining.py` top to bottom:
+
+1. mask the batch (dynamic: new positions every call, from the step seed);
+2. run the generator on the masked ids and compute masked-LM logits at the masked positions only;
+3. sample replacements by Gumbel-max (no gradient), write them into the original ids;
+4. run the discriminator on the corrupted ids and label every token original / replaced;
+5. total = gen_weight * MLM + disc_weight * RTD (float32 even under a mixed-precision policy).
+
+Generator and discriminator share the whole embedding block (the same `ElectraEmbeddings` object),
+and the generator's MLM head is tied to the shared word-embedding table.
+
+Randomness comes from an explicit `seed` (a [2] int tensor, normally derived from the global step)
+expanded into per-example seeds keyed by each example's index in the global batch, so the masks and
+samples of an example do not depend on how the global batch is split across replicas.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import keras
+import tensorflow as tf
+
+from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
+                               get_generator_config)
+from electra_tf.modeling.encoder import ElectraEncoder
+from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
+from electra_tf.pretraining import losses, masking, sampling, seeds, tensor_ops
+from electra_tf.vocab import SpecialTokens
+
+# Salts separating the random streams drawn from one step seed.
+MASKING_SALT = 1
+SAMPLING_SALT = 2
+
+# Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
+# conversion can map names mechanically.
+DISCRIMINATOR_NAME = "electra"
+GENERATOR_NAME = "generator"
+GENERATOR_HEAD_NAME = "generator_predictions"
+DISCRIMINATOR_HEAD_NAME = "discriminator_predictions"
+
+
+class ElectraPretrainer(keras.Model):
+    """Generator + discriminator trained jointly with the replaced-token-detection objective.
+
+    Args:
+        discriminator_config: dict. `ModelConfig` fields of the discriminator (the model users keep;
+            with `electra_objective=False` it is the MLM model).
+        generator_config: dict or None. `ModelConfig` fields of the separate generator; None when
+            there is none (uniform generator, MLM-only, or `untied_generator=False`).
+        special_tokens: dict. `SpecialTokens` fields (`pad_id`, `unk_id`, `cls_id`, `sep_id`,
+            `mask_id`) of the vocab the data was built with.
+        mask_prob: float. Fraction of real tokens selected for masking.
+        max_predictions_per_seq: int. N, the number of masked slots per example.
+        electra_objective: bool. False trains only the masked LM (BERT with dynamic masking).
+        uniform_generator: bool. Replace tokens uniformly at random (no generator network).
+        untied_generator: bool. False uses the discriminator itself as the generator (all
+            transformer weights shared).
+        untied_generator_embeddings: bool. Give the generator its own embedding block instead of
+            sharing the discriminator's.
+        disallow_correct: bool. Never sample the original token.
+        temperature: float. Generator sampling temperature.
+        gen_weight: float. Weight of the MLM loss.
+        disc_weight: float. Weight of the RTD loss.
+        mask_with_replacement: bool. Draw masked positions with replacement (official).
+
+    Call args:
+        inputs: dict of int32 [batch_size, seq_length] tensors `input_ids`, `input_mask`,
+            `segment_ids`.
+        seed: int tensor [2]. The step's seed; the same on every replica.
+        training: bool. Enables dropout.
+
+    Returns:
+        A dict of tensors; the losses are float32 scalars that are this replica's contribution to
+        the global-batch loss (sum them over replicas to get the loss of the global batch):
+        `total_loss`, `masked_lm_loss`, `disc_loss` (0 without a discriminator); and for metrics
+        `masked_lm_logits` [B, N, V], `masked_lm_preds` [B, N], `masked_lm_ids` [B, N],
+        `masked_lm_weights` [B, N], `masked_lm_positions` [B, N], `sampled_ids` [B, N],
+        `disc_logits` [B, L], `disc_probs` [B, L], `disc_preds` [B, L], `disc_labels` [B, L],
+        `input_mask` [B, L], `fake_input_ids` [B, L].
+    """
+
+    def __init__(self, discriminator_config: Mapping[str, Any],
+                 generator_config: Optional[Mapping[str, Any]], special_tokens: Mapping[str, int],
+                 mask_prob: float = 0.15, max_predictions_per_seq: int = 19,
+                 electra_objective: bool = True, uniform_generator: bool = False,
+                 untied_generator: bool = True, untied_generator_embeddings: bool = False,
+                 disallow_correct: bool = False,
+                 temperature: float = 1.0, gen_weight: float = 1.0, disc_weight: float = 50.0,
+                 mask_with_replacement: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        needs_generator = electra_objective and untied_generator and not uniform_generator
+        if needs_generator and generator_config is None:
+            raise ValueError("generator_config is required with electra_objective, "
+                             "untied_generator and not uniform_generator")
+        # === Config ===
+        self.discriminator_config = dict(discriminator_config)
+        self.generator_config = dict(generator_config) if needs_generator else None
+        self.special_tokens = dict(special_tokens)
+        self.mask_prob = mask_prob
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.electra_objective = electra_objective
+        self.uniform_generator = uniform_generator
+        self.untied_generator = untied_generator
+        self.untied_generator_embeddings = untied_generator_embeddings
+        self.disallow_correct = disallow_correct
+        self.temperature = temperature
+        self.gen_weight = gen_weight
+        self.disc_weight = disc_weight
+        self.mask_with_replacement = mask_with_replacement
+        self._special = SpecialTokens(**self.special_tokens)
+
+        # === Layers ===
+        disc = ModelConfig(**self.discriminator_config)
+        self.vocab_size = disc.vocab_size
+        # The discriminator (or, MLM-only, the one masked-LM encoder) owns the embedding block.
+        self.discriminator = ElectraEncoder.from_model_config(disc, name=DISCRIMINATOR_NAME)
+        self.generator = None
+        if needs_generator:
+            gen = ModelConfig(**self.generator_config)
+            # Official default: the generator reads the discriminator's embedding block (the same
+            # variables); untied_generator_embeddings gives it its own block at its own width.
+            self.generator = ElectraEncoder.from_model_config(
+                gen, embeddings=None if untied_generator_embeddings else self.discriminator.embeddings,
+                name=GENERATOR_NAME)
+        self.generator_head = None
+        if not uniform_generator:
+            mlm_encoder_config = ModelConfig(**(self.generator_config or self.discriminator_config))
+            self.generator_head = GeneratorHead(
+                embedding_size=mlm_encoder_config.embedding_size, vocab_size=disc.vocab_size,
+                hidden_act=mlm_encoder_config.hidden_act,
+                initializer_range=mlm_encoder_config.initializer_range, name=GENERATOR_HEAD_NAME)
+        self.discriminator_head = None
+        if electra_objective:
+            self.discriminator_head = DiscriminatorHead(
+                hidden_size=disc.hidden_size, hidden_act=disc.hidden_act,
+                initializer_range=disc.initializer_range, name=DISCRIMINATOR_HEAD_NAME)
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
+                                **kwargs) -> "ElectraPretrainer":
+        """Builds the model the official way from a resolved `PretrainingConfig`."""
+        bert = get_bert_config(config)
+        generator = None
+        if config.electra_objective and config.untied_generator and not config.uniform_generator:
+            generator = get_generator_config(config, bert).to_dict()
+        return cls(
+            discriminator_config=bert.to_dict(), generator_config=generator,
+            special_tokens=special_tokens._asdict(), mask_prob=config.mask_prob,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+            electra_objective=config.electra_objective,
+            uniform_generator=config.uniform_generator, untied_generator=config.untied_generator,
+            untied_generator_embeddings=config.untied_generator_embeddings,
+            disallow_correct=config.disallow_correct, temperature=config.temperature,
+            gen_weight=config.gen_weight, disc_weight=config.disc_weight,
+            mask_with_replacement=config.mask_with_replacement, **kwargs)
+
+    @property
+    def mlm_encoder(self) -> ElectraEncoder:
+        """The encoder the masked LM runs on (generator, or the discriminator when tied/MLM-only)."""
+        return self.generator if self.generator is not None else self.discriminator
+
+    def _mlm_logits(self, masked: masking.MaskedInputs, training) -> tf.Tensor:
+        """Masked-LM logits [B, N, V] at the masked positions only."""
+        if self.uniform_generator:
+            # Official: all-zero logits; the loss is the constant log V, with no gradient.
+            shape = tf.shape(masked.masked_lm_positions)
+            return tf.zeros([shape[0], shape[1], self.vocab_size], tf.float32)
+        encoder = self.mlm_encoder
+        hidden = encoder({"input_ids": masked.input_ids, "input_mask": masked.input_mask,
+                          "segment_ids": masked.segment_ids}, training=training)["sequence_output"]
+        # Gather before the head: the vocab projection runs on N positions, not all L.
+        hidden = tensor_ops.gather_positions(hidden, masked.masked_lm_positions)
+        table = encoder.embeddings.word_embeddings.embeddings
+        return self.generator_head(hidden, table)
+
+    def call(self, inputs, seed=None, training=None):
+        input_ids = tf.cast(inputs["input_ids"], tf.int32)
+        input_mask = tf.cast(inputs["input_mask"], tf.int32)
+        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
+        if seed is None:
+            seed = tf.constant([0, 0], tf.int64)
+        batch_size = tf.shape(input_ids)[0]
+        offset = seeds.replica_example_offset(batch_size)
+
+        masked = masking.mask_inputs(
+            input_ids, input_mask, segment_ids, special=self._special, mask_prob=self.mask_prob,
+            max_predictions_per_seq=self.max_predictions_per_seq,
+            seeds=seeds.example_seeds(seed, offset, batch_size, salt=MASKING_SALT),
+            with_replacement=self.mask_with_replacement)
+        mlm_logits = self._mlm_logits(masked, training)
+        mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights)
+        outputs = {
+            "masked_lm_loss": mlm.loss,
+            "masked_lm_logits": mlm_logits,
+            "masked_lm_preds": mlm.predictions,
+            "masked_lm_ids": masked.masked_lm_ids,
+            "masked_lm_weights": masked.masked_lm_weights,
+            "masked_lm_positions": masked.masked_lm_positions,
+            "input_mask": input_mask,
+        }
+        total = self.gen_weight * mlm.loss
+        if self.electra_objective:
+            fake = sampling.make_fake_inputs(
+                masked, mlm_logits,
+                seeds=seeds.example_seeds(seed, offset, batch_size, salt=SAMPLING_SALT),
+                temperature=self.temperature, disallow_correct=self.disallow_correct)
+            hidden = self.discriminator(
+                {"input_ids": fake.input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
+                training=training)["sequence_output"]
+            disc_logits = self.discriminator_head(hidden)
+            rtd = losses.rtd_loss(disc_logits, fake.is_fake, input_mask)
+            total = total + self.disc_weight * rtd.loss
+            outputs.update({
+                "disc_loss": rtd.loss,
+                "disc_logits": tf.cast(disc_logits, tf.float32),
+                "disc_probs": rtd.probs,
+                "disc_preds": rtd.preds,
+                "disc_labels": fake.is_fake,
+                "sampled_ids": fake.sampled_ids,
+                "fake_input_ids": fake.input_ids,
+            })
+        else:
+            outputs["disc_loss"] = tf.zeros([], tf.float32)
+        outputs["total_loss"] = total
+        return outputs
+
+    def build_from_sequence_length(self, seq_length: int = 8) -> None:
+        """Creates every variable by running one tiny eval-mode call (needed before restoring)."""
+        dummy = tf.ones([1, seq_length], tf.int32)
+        self({"input_ids": dummy * self._special.cls_id, "input_mask": dummy,
+              "segment_ids": dummy * 0}, seed=tf.constant([0, 0], tf.int64), training=False)
+
+    # === Config ===
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "discriminator_config": self.discriminator_config,
+            "generator_config": self.generator_config,
+            "special_tokens": self.special_tokens,
+            "mask_prob": self.mask_prob,
+            "max_predictions_per_seq": self.max_predictions_per_seq,
+            "electra_objective": self.electra_objective,
+            "uniform_generator": self.uniform_generator,
+            "untied_generator": self.untied_generator,
+            "untied_generator_embeddings": self.untied_generator_embeddings,
+            "disallow_correct": self.disallow_correct,
+            "temperature": self.temperature,
+            "gen_weight": self.gen_weight,
+            "disc_weight": self.disc_weight,
+            "mask_with_replacement": self.mask_with_replacement,
+        })
+        return config
