@@ -22,6 +22,9 @@ import typing
 from typing import Any, Mapping, Optional, Union
 
 MODEL_SIZES = ("small", "base", "large")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+OPTIMIZERS = ("adamw", "lamb")
 
 # Official `training_utils.get_bert_config` size table: hidden width and depth. Heads and FFN width
 # are derived (hidden // 64 and 4 * hidden).
@@ -139,7 +142,8 @@ class PretrainingConfig:
     # --- What to run ---
     debug: bool = False  # tiny model, few steps (see DEBUG_PRESET / DEBUG_MODEL)
     do_train: bool = True  # pretrain
-    do_eval: bool = False  # evaluate on the held-out split
+    do_eval: bool = False  # evaluate on the held-out split (writes eval_results.txt)
+    do_export: bool = True  # export discriminator and generator SavedModels after training
 
     # --- Objective ---
     electra_objective: bool = True  # False = MLM only (BERT with dynamic masking, no NSP)
@@ -162,6 +166,10 @@ class PretrainingConfig:
     num_eval_steps: int = 100
     keep_checkpoint_max: int = 5  # 0 keeps all
     seed: int = 0  # every random draw (init, masking, sampling, dropout, data order) derives from it
+    strategy: str = "auto"  # auto | one_device | mirrored | multi_worker | tpu
+    mixed_precision: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16 (with loss scaling)
+    jit_compile: bool = False  # XLA-compile the forward/backward computation
+    optimizer: str = "adamw"  # adamw (official) | lamb (large global batches)
 
     # --- Model ---
     model_size: str = "small"  # small | base | large
@@ -255,7 +263,14 @@ class PretrainingConfig:
             if not cond:
                 raise ConfigError(message)
 
-        need(self.do_train or self.do_eval, "nothing to do: set do_train or do_eval to true")
+        need(self.do_train or self.do_eval or self.do_export,
+             "nothing to do: set do_train, do_eval or do_export to true")
+        need(self.strategy in STRATEGIES,
+             f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
+        need(self.mixed_precision in PRECISIONS,
+             f"mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        need(self.optimizer in OPTIMIZERS,
+             f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         need(not self.electric_objective and not self.two_tower_generator,
              "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
              "see docs/config.md")

@@ -27,7 +27,7 @@ from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
-from electra_tf.pretraining import losses, masking, sampling, seeds, tensor_ops
+from electra_tf.pretraining import losses, masking, metrics, sampling, seeds, tensor_ops
 from electra_tf.vocab import SpecialTokens
 
 # Salts separating the random streams drawn from one step seed.
@@ -73,13 +73,10 @@ class ElectraPretrainer(keras.Model):
         training: bool. Enables dropout.
 
     Returns:
-        A dict of tensors; the losses are float32 scalars that are this replica's contribution to
-        the global-batch loss (sum them over replicas to get the loss of the global batch):
-        `total_loss`, `masked_lm_loss`, `disc_loss` (0 without a discriminator); and for metrics
-        `masked_lm_logits` [B, N, V], `masked_lm_preds` [B, N], `masked_lm_ids` [B, N],
-        `masked_lm_weights` [B, N], `masked_lm_positions` [B, N], `sampled_ids` [B, N],
-        `disc_logits` [B, L], `disc_probs` [B, L], `disc_preds` [B, L], `disc_labels` [B, L],
-        `input_mask` [B, L], `fake_input_ids` [B, L].
+        A dict: `total_loss`, `masked_lm_loss`, `disc_loss` (float32 scalars; 0 for disc_loss
+        without a discriminator), each this replica's contribution to the global-batch value (sum
+        them over replicas to get the loss of the global batch), and `metric_inputs`, the official
+        `eval_fn_inputs` dict that `PretrainingMetrics.update_state` takes.
     """
 
     def __init__(self, discriminator_config: Mapping[str, Any],
@@ -193,16 +190,9 @@ class ElectraPretrainer(keras.Model):
             with_replacement=self.mask_with_replacement)
         mlm_logits = self._mlm_logits(masked, training)
         mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights)
-        outputs = {
-            "masked_lm_loss": mlm.loss,
-            "masked_lm_logits": mlm_logits,
-            "masked_lm_preds": mlm.predictions,
-            "masked_lm_ids": masked.masked_lm_ids,
-            "masked_lm_weights": masked.masked_lm_weights,
-            "masked_lm_positions": masked.masked_lm_positions,
-            "input_mask": input_mask,
-        }
         total = self.gen_weight * mlm.loss
+        fake = rtd = None
+        disc_loss = tf.zeros([], tf.float32)
         if self.electra_objective:
             fake = sampling.make_fake_inputs(
                 masked, mlm_logits,
@@ -211,22 +201,15 @@ class ElectraPretrainer(keras.Model):
             hidden = self.discriminator(
                 {"input_ids": fake.input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
                 training=training)["sequence_output"]
-            disc_logits = self.discriminator_head(hidden)
-            rtd = losses.rtd_loss(disc_logits, fake.is_fake, input_mask)
-            total = total + self.disc_weight * rtd.loss
-            outputs.update({
-                "disc_loss": rtd.loss,
-                "disc_logits": tf.cast(disc_logits, tf.float32),
-                "disc_probs": rtd.probs,
-                "disc_preds": rtd.preds,
-                "disc_labels": fake.is_fake,
-                "sampled_ids": fake.sampled_ids,
-                "fake_input_ids": fake.input_ids,
-            })
-        else:
-            outputs["disc_loss"] = tf.zeros([], tf.float32)
-        outputs["total_loss"] = total
-        return outputs
+            rtd = losses.rtd_loss(self.discriminator_head(hidden), fake.is_fake, input_mask)
+            disc_loss = rtd.loss
+            total = total + self.disc_weight * disc_loss
+        return {
+            "total_loss": total,
+            "masked_lm_loss": mlm.loss,
+            "disc_loss": disc_loss,
+            "metric_inputs": metrics.metric_inputs(masked, mlm, fake, rtd),
+        }
 
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
         """Creates every variable by running one tiny eval-mode call (needed before restoring)."""

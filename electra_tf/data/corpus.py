@@ -1,0 +1,226 @@
+"""Streaming, bounded-memory reading of a plain-text corpus directory.
+
+Input convention (official builder, section 1.1 of `official_electra.md`): one sentence per line,
+a blank line ends a document, the end of a file ends a document. Lines are split on "\\n" only
+(as `tf.io.gfile.GFile` iteration does) and stripped, so CRLF line ends and surrounding
+whitespace vanish.
+
+Robustness (none of this exists in the official builder):
+* Files are read in binary chunks of `READ_CHUNK_BYTES`; at most one chunk plus one partial line
+  is held, so a 2 GB file is never read whole.
+* A line longer than `MAX_LINE_BYTES` is cut into pieces of at most that many bytes (at a space
+  if one is near the cut, else at a UTF-8 character boundary); each piece becomes its own line.
+  Such lines are counted (`lines_split`). Far more text than any example can hold is in one
+  piece (1 MiB is ~200k tokens), so this changes nothing for real corpora.
+* Invalid UTF-8 is decoded with U+FFFD replacement and the replaced bytes are counted; NUL
+  bytes, CRLF line ends and a leading byte-order mark (dropped) are counted too.
+* Hidden entries (names starting with ".") are skipped; files are listed recursively in sorted
+  order of their relative POSIX paths.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import os
+import stat
+from typing import Iterator, List, NamedTuple
+
+READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
+MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
+_SPLIT_AT_SPACE_WINDOW = 4096  # look this far back from the cut for a space to split at
+_BOM = codecs.BOM_UTF8
+_ERROR_HANDLER = "electra_tf.count_replace"
+
+
+class CorpusError(ValueError):
+    """The corpus directory is missing or empty, or a file in it cannot be read."""
+
+
+class CorpusFile(NamedTuple):
+    """One input file: `relpath` (POSIX, relative to the corpus dir), `path`, `size` in bytes."""
+
+    relpath: str
+    path: str
+    size: int
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """Counters of what reading met; summed over files and jobs for the manifest."""
+
+    bytes_read: int = 0
+    lines: int = 0  # lines after splitting over-long ones, blank lines included
+    blank_lines: int = 0
+    undecodable_bytes: int = 0  # bytes of invalid UTF-8, each run replaced by U+FFFD
+    nul_bytes: int = 0
+    crlf_line_ends: int = 0
+    bom_files: int = 0  # files that started with a UTF-8 byte-order mark (dropped)
+    lines_split: int = 0  # lines longer than MAX_LINE_BYTES (each cut into pieces)
+
+    def add(self, other: "ReadStats") -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+# Replacement decoding that also counts the bytes it replaced. Registered once per process; the
+# counter is read around each decode call (decoding is single-threaded here).
+_replaced = [0]
+
+
+def _count_replace(error: UnicodeDecodeError):
+    _replaced[0] += error.end - error.start
+    return "\ufffd", error.end
+
+
+try:
+    codecs.lookup_error(_ERROR_HANDLER)
+except LookupError:
+    codecs.register_error(_ERROR_HANDLER, _count_replace)
+
+
+def decode_utf8(data: bytes, stats: ReadStats) -> str:
+    """Decodes UTF-8, replacing invalid bytes with U+FFFD and counting them in `stats`."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        before = _replaced[0]
+        text = data.decode("utf-8", _ERROR_HANDLER)
+        stats.undecodable_bytes += _replaced[0] - before
+        return text
+
+
+def list_corpus_files(corpus_dir: str) -> List[CorpusFile]:
+    """Lists the corpus files, checking each is a readable regular file.
+
+    Returns:
+        `CorpusFile`s sorted by relative path.
+
+    Raises:
+        CorpusError: the directory is missing, holds no files, or a file is unreadable, not a
+            regular file, or a dangling link; the message names the path.
+    """
+    if not os.path.isdir(corpus_dir):
+        what = "is not a directory" if os.path.exists(corpus_dir) else "does not exist"
+        raise CorpusError(f"corpus dir {corpus_dir} {what}")
+    files = []
+    for root, dirs, names in os.walk(corpus_dir, followlinks=True):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            if name.startswith("."):
+                continue
+            path = os.path.join(root, name)
+            try:
+                info = os.stat(path)
+            except OSError as e:
+                raise CorpusError(f"cannot read corpus file {path}: {e.strerror}") from e
+            if not stat.S_ISREG(info.st_mode):
+                raise CorpusError(f"corpus entry {path} is not a regular file")
+            try:
+                with open(path, "rb") as f:
+                    f.read(1)
+            except OSError as e:
+                raise CorpusError(f"cannot read corpus file {path}: {e.strerror}") from e
+            relpath = os.path.relpath(path, corpus_dir).replace(os.sep, "/")
+            files.append(CorpusFile(relpath, path, info.st_size))
+    if not files:
+        raise CorpusError(f"corpus dir {corpus_dir} contains no files")
+    files.sort(key=lambda f: f.relpath)
+    return files
+
+
+def _cut_point(data: bytes, limit: int) -> int:
+    """Where to cut `data` (longer than `limit`) so the head holds at most `limit` bytes."""
+    space = data.rfind(b" ", max(1, limit - _SPLIT_AT_SPACE_WINDOW), limit + 1)
+    if space > 0:
+        return space
+    cut = limit
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:  # never cut inside a UTF-8 sequence
+        cut -= 1
+    return cut if cut > 0 else limit
+
+
+def _split_long(raw_lines: List[bytes], limit: int, stats: ReadStats,
+                first_counted: bool) -> List[bytes]:
+    out = []
+    for i, raw in enumerate(raw_lines):
+        if len(raw) <= limit:
+            out.append(raw)
+            continue
+        if not (i == 0 and first_counted):
+            stats.lines_split += 1
+        while len(raw) > limit:
+            cut = _cut_point(raw, limit)
+            out.append(raw[:cut])
+            raw = raw[cut:]
+        out.append(raw)
+    return out
+
+
+def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: int = READ_CHUNK_BYTES,
+                      max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[List[str]]:
+    """Streams a file as batches of stripped lines ("" marks a blank line).
+
+    Memory is bounded by about `chunk_bytes + max_line_bytes` of input at a time. A piece of a
+    split line that is only whitespace reads as a blank line.
+
+    Args:
+        path: str. The file.
+        stats: ReadStats. Updated in place as the file is read.
+        chunk_bytes: int. Binary read size.
+        max_line_bytes: int. Longer lines are split into pieces (see module docstring).
+
+    Yields:
+        list[str]: the stripped lines of one chunk, in order.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    pending = b""  # the unfinished last line of the previous chunk
+    pending_split = False  # pending continues a line already counted in lines_split
+    with open(path, "rb") as f:
+        chunk = f.read(chunk_bytes)
+        if chunk.startswith(_BOM):
+            stats.bom_files += 1
+            stats.bytes_read += len(_BOM)
+            chunk = chunk[len(_BOM):]
+        while chunk:
+            stats.bytes_read += len(chunk)
+            stats.nul_bytes += chunk.count(b"\x00")
+            # A CRLF can straddle chunks: the \r ends `pending` and the \n starts `chunk`.
+            stats.crlf_line_ends += chunk.count(b"\r\n") + (
+                pending.endswith(b"\r") and chunk.startswith(b"\n"))
+            data = pending + chunk if pending else chunk
+            cut = data.rfind(b"\n")
+            pieces: List[bytes] = []
+            if cut >= 0:
+                complete, pending = data[:cut], data[cut + 1:]
+                raw_lines = complete.split(b"\n")
+                if max(map(len, raw_lines)) > max_line_bytes:
+                    pieces = _split_long(raw_lines, max_line_bytes, stats, pending_split)
+                else:
+                    pieces = [complete]  # fast path: decode the chunk's lines in one call
+                pending_split = False
+            else:
+                pending = data
+            while len(pending) > max_line_bytes:
+                # No newline in sight: emit the line's head now so memory stays bounded.
+                if not pending_split:
+                    stats.lines_split += 1
+                    pending_split = True
+                head = _cut_point(pending, max_line_bytes)
+                pieces.append(pending[:head])
+                pending = pending[head:]
+            if pieces:
+                yield _decode_lines(pieces, stats)
+            chunk = f.read(chunk_bytes)
+        if pending:
+            yield _decode_lines([pending], stats)
+
+
+def _decode_lines(pieces: List[bytes], stats: ReadStats) -> List[str]:
+    data = pieces[0] if len(pieces) == 1 else b"\n".join(pieces)
+    lines = [line.strip() for line in decode_utf8(data, stats).split("\n")]
+    stats.lines += len(lines)
+    stats.blank_lines += lines.count("")
+    return lines

@@ -1,0 +1,263 @@
+"""The ELECTRA transformer encoder (official `modeling.BertModel`, as ELECTRA uses it).
+
+    embeddings (shared block, see embeddings.py) -> [embeddings_project E->H if E != H]
+    -> num_hidden_layers post-LN blocks -> {"sequence_output", "pooled_output"}
+
+Each block is `keras_hub.layers.TransformerEncoder` (normalize_first=False, i.e. post-LN as BERT),
+which computes exactly the official block (spec section 7):
+    a = LN(dropout(Dense_H(attention(x))) + x);  out = LN(dropout(Dense_H(gelu(Dense_I(a)))) + a)
+with separate Q/K/V projections with bias, scores / sqrt(head_size), softmax, dropout on the
+attention probabilities, LayerNorm epsilon 1e-12 and the exact (erf) GELU. The tests check it
+numerically against an independent plain-TF implementation of the official block.
+
+Where keras-hub differs from the official code, and what this module does about it:
+- One dropout rate for the attention probabilities and the residual branches. The official config
+  has two (`attention_probs_dropout_prob`, `hidden_dropout_prob`), so `TransformerLayer` below adds
+  `attention_dropout` and sets the attention layer's rate after building it.
+- Padding mask: keras replaces masked scores by -1e9 and zeroes their probabilities; official adds
+  -10000. Both give exactly the same float32 probabilities whenever a sequence has at least one
+  real token (exp(-10000) underflows to 0). They differ only for a sequence whose input_mask is all
+  zeros (keras: zero attention; official: attention over all positions), which ELECTRA data never
+  contains ([CLS] is always real).
+- keras-hub fixes the sublayer names and stores Q/K/V kernels as [H, heads, head_size] and the
+  attention output kernel as [heads, head_size, H] (EinsumDense). The mapping to the official
+  checkpoint names of spec 5.9 is mechanical (`encoder/` -> encoder's own name; reshape kernels):
+      {enc}/layer_{i}/self_attention_layer/{query,key,value}/kernel [H,n,d] <- .../attention/self/{query,key,value}/kernel [H,H]
+      {enc}/layer_{i}/self_attention_layer/{query,key,value}/bias   [n,d]   <- .../attention/self/{query,key,value}/bias [H]
+      {enc}/layer_{i}/self_attention_layer/attention_output/kernel  [n,d,H] <- .../attention/output/dense/kernel [H,H]
+      {enc}/layer_{i}/self_attention_layer/attention_output/bias    [H]     <- .../attention/output/dense/bias
+      {enc}/layer_{i}/self_attention_layer_norm/{gamma,beta}                 <- .../attention/output/LayerNorm/{gamma,beta}
+      {enc}/layer_{i}/feedforward_intermediate_dense/{kernel,bias}           <- .../intermediate/dense/{kernel,bias}
+      {enc}/layer_{i}/feedforward_output_dense/{kernel,bias}                 <- .../output/dense/{kernel,bias}
+      {enc}/layer_{i}/feedforward_layer_norm/{gamma,beta}                    <- .../output/LayerNorm/{gamma,beta}
+      {enc}/embeddings_project/{kernel,bias}                                 <- same
+      {enc}/embeddings/...  (see embeddings.py; the generator's shared block keeps the
+                             discriminator's paths, "electra/embeddings/...", as official)
+  where official `.../` is `{scope}/encoder/layer_{i}/`.
+- Under mixed_bfloat16 the attention softmax runs in bfloat16 (keras' choice); LayerNorm always
+  computes in float32.
+
+Not needed from keras-hub: `ElectraBackbone` adds a tanh pooler and uses the tanh-approximate GELU,
+so it does not match; this encoder has no pooler (pooled_output = sequence_output[:, 0]).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import keras
+import keras_hub
+
+from electra_tf.modeling.embeddings import (
+    LAYER_NORM_EPSILON,
+    ElectraEmbeddings,
+    get_activation,
+    truncated_normal,
+)
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class TransformerLayer(keras_hub.layers.TransformerEncoder):
+    """keras-hub's TransformerEncoder with its own dropout rate for the attention probabilities.
+
+    Args:
+        intermediate_dim: int. FFN width (official intermediate_size).
+        num_heads: int. Attention heads.
+        dropout: float. Dropout on the two residual branches (official hidden_dropout_prob).
+        attention_dropout: float or None. Dropout on the attention probabilities (official
+            attention_probs_dropout_prob); None means the same as `dropout`.
+        **kwargs: forwarded to `keras_hub.layers.TransformerEncoder` (activation,
+            layer_norm_epsilon, kernel_initializer, normalize_first, name, dtype, ...).
+    """
+
+    def __init__(self, intermediate_dim: int, num_heads: int, dropout: float = 0.0,
+                 attention_dropout: Optional[float] = None, **kwargs):
+        super().__init__(intermediate_dim, num_heads, dropout=dropout, **kwargs)
+        self.attention_dropout = dropout if attention_dropout is None else attention_dropout
+
+    def build(self, inputs_shape):
+        super().build(inputs_shape)
+        # keras.layers.MultiHeadAttention reads `_dropout` at call time (it picks the fused
+        # dot-product path only when it is 0) and applies `_dropout_layer` to the probabilities.
+        attention = self._self_attention_layer
+        attention._dropout = self.attention_dropout
+        attention._dropout_layer.rate = self.attention_dropout
+
+    def get_config(self):
+        config = super().get_config()
+        config["attention_dropout"] = self.attention_dropout
+        return config
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class ElectraEncoder(keras.layers.Layer):
+    """Official BertModel as used by ELECTRA: embeddings, optional projection, post-LN blocks.
+
+    Args:
+        vocab_size: int. Rows of the word-embedding table.
+        hidden_size: int. Transformer width H.
+        num_hidden_layers: int. Number of blocks.
+        num_attention_heads: int. Heads per block; must divide hidden_size.
+        intermediate_size: int. FFN width.
+        embedding_size: int or None. Embedding width E; None means hidden_size. When E != H a
+            linear `embeddings_project` (Glorot-uniform kernel, zero bias) maps E to H.
+        hidden_act: str. FFN activation: "gelu" (exact erf), "relu", "tanh" or "linear".
+        hidden_dropout_prob: float. Dropout on embeddings and residual branches.
+        attention_probs_dropout_prob: float. Dropout on the attention probabilities.
+        max_position_embeddings: int. Rows of the position table.
+        type_vocab_size: int. Rows of the token-type table.
+        initializer_range: float. Stddev of the truncated-normal initializer (tables and all
+            transformer kernels).
+        embeddings: an existing `ElectraEmbeddings` to share (the generator passes the
+            discriminator's `encoder.embeddings`: same variables, official embedding sharing).
+            It must have the same vocab_size, embedding_size, max_position_embeddings and
+            type_vocab_size. None builds a new block. `embeddings_project` is never shared.
+        **kwargs: forwarded to `keras.layers.Layer`. `name` defaults to "electra", the official
+            scope (the generator should pass name="generator").
+
+    Call arguments:
+        inputs: dict of int32 tensors `[batch_size, seq_length]`: "input_ids", "input_mask"
+            (1 = real token, 0 = padding), "segment_ids".
+        training: bool. All dropout is applied only when True.
+
+    Returns:
+        dict with "sequence_output" `[batch_size, seq_length, hidden_size]` (the last layer) and
+        "pooled_output" `[batch_size, hidden_size]` (= sequence_output[:, 0]; no pooler, as
+        official), both in the compute dtype.
+
+    All variables are created at construction. `get_config()` does not carry a shared
+    `embeddings` block (one layer cannot live in two configs): `from_config` builds a fresh
+    block, and the owner of both encoders re-ties them by passing `embeddings=` itself.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, num_hidden_layers: int,
+                 num_attention_heads: int, intermediate_size: int,
+                 embedding_size: Optional[int] = None, hidden_act: str = "gelu",
+                 hidden_dropout_prob: float = 0.1, attention_probs_dropout_prob: float = 0.1,
+                 max_position_embeddings: int = 512, type_vocab_size: int = 2,
+                 initializer_range: float = 0.02, embeddings: Optional[ElectraEmbeddings] = None,
+                 **kwargs):
+        kwargs.setdefault("name", "electra")
+        super().__init__(**kwargs)
+        if embedding_size is None:
+            embedding_size = hidden_size
+        if hidden_size % num_attention_heads:
+            raise ValueError(f"{self.name}: hidden_size {hidden_size} is not a multiple of "
+                             f"num_attention_heads {num_attention_heads}")
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.intermediate_size = intermediate_size
+        self.embedding_size = embedding_size
+        self.hidden_act = hidden_act
+        self.hidden_dropout_prob = hidden_dropout_prob
+        self.attention_probs_dropout_prob = attention_probs_dropout_prob
+        self.max_position_embeddings = max_position_embeddings
+        self.type_vocab_size = type_vocab_size
+        self.initializer_range = initializer_range
+
+        if embeddings is None:
+            embeddings = ElectraEmbeddings(
+                vocab_size, embedding_size, max_position_embeddings=max_position_embeddings,
+                type_vocab_size=type_vocab_size, hidden_dropout_prob=hidden_dropout_prob,
+                initializer_range=initializer_range, dtype=self.dtype_policy, name="embeddings")
+        else:
+            self._check_shared_embeddings(embeddings)
+        self.embeddings = embeddings
+
+        if embedding_size != hidden_size:
+            # Official: a plain tf.layers.dense, so Glorot-uniform kernel, zero bias, no activation.
+            self.embeddings_project = keras.layers.Dense(
+                hidden_size, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                dtype=self.dtype_policy, name="embeddings_project")
+        else:
+            self.embeddings_project = None
+
+        activation = get_activation(hidden_act)
+        for i in range(num_hidden_layers):
+            # One attribute per block, not a list: Keras 3 wraps list attributes in a TrackedList
+            # that tf.train.Checkpoint does not follow, so blocks held only in a list would be
+            # silently missing from checkpoints. The attribute names are the official "layer_{i}".
+            setattr(self, f"layer_{i}", TransformerLayer(
+                intermediate_size, num_attention_heads,
+                dropout=hidden_dropout_prob, attention_dropout=attention_probs_dropout_prob,
+                activation=activation, layer_norm_epsilon=LAYER_NORM_EPSILON,
+                kernel_initializer=truncated_normal(initializer_range), bias_initializer="zeros",
+                normalize_first=False, dtype=self.dtype_policy, name=f"layer_{i}"))
+        self.build()
+
+    @property
+    def encoder_layers(self) -> list:
+        """The transformer blocks `layer_0 ... layer_{num_hidden_layers-1}`, in order."""
+        return [getattr(self, f"layer_{i}") for i in range(self.num_hidden_layers)]
+
+    def _check_shared_embeddings(self, embeddings):
+        if not isinstance(embeddings, ElectraEmbeddings):
+            raise TypeError(f"{self.name}: embeddings must be an ElectraEmbeddings, "
+                            f"got {type(embeddings).__name__}")
+        for key in ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size"):
+            mine, theirs = getattr(self, key), getattr(embeddings, key)
+            if mine != theirs:
+                raise ValueError(f"{self.name}: shared embeddings {embeddings.name!r} have "
+                                 f"{key}={theirs}, but this encoder has {key}={mine}")
+
+    @classmethod
+    def from_model_config(cls, model_config, embeddings: Optional[ElectraEmbeddings] = None,
+                          **kwargs) -> "ElectraEncoder":
+        """Builds an encoder from an `electra_tf.config.ModelConfig` (official BertConfig sizes).
+
+        Args:
+            model_config: `ModelConfig`, e.g. from `get_bert_config` or `get_generator_config`.
+            embeddings: optional `ElectraEmbeddings` to share (see class docstring).
+            **kwargs: forwarded to the constructor (`name`, `dtype`, ...).
+        """
+        return cls(**model_config.to_dict(), embeddings=embeddings, **kwargs)
+
+    def build(self, inputs_shape=None):
+        # Every shape follows from the constructor arguments; building here (not lazily) lets a
+        # generator share the variables, and checkpoints restore, before any forward pass. A
+        # shared block is already built, under the path of the encoder that created it.
+        if not self.embeddings.built:
+            self.embeddings.build()
+        if self.embeddings_project is not None and not self.embeddings_project.built:
+            self.embeddings_project.build((None, None, self.embedding_size))
+        for layer in self.encoder_layers:
+            if not layer.built:
+                layer.build((None, None, self.hidden_size))
+
+    def call(self, inputs, training=None):
+        hidden = self.embeddings(inputs["input_ids"], inputs["segment_ids"], training=training)
+        if self.embeddings_project is not None:
+            hidden = self.embeddings_project(hidden)
+        padding_mask = inputs["input_mask"]
+        for layer in self.encoder_layers:
+            hidden = layer(hidden, padding_mask=padding_mask, training=training)
+        return {"sequence_output": hidden, "pooled_output": hidden[:, 0]}
+
+    def compute_output_spec(self, inputs, training=None):
+        ids = inputs["input_ids"]
+        batch, seq = ids.shape[0], ids.shape[1]
+        dtype = self.compute_dtype
+        return {
+            "sequence_output": keras.KerasTensor((batch, seq, self.hidden_size), dtype=dtype),
+            "pooled_output": keras.KerasTensor((batch, self.hidden_size), dtype=dtype),
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "intermediate_size": self.intermediate_size,
+            "embedding_size": self.embedding_size,
+            "hidden_act": self.hidden_act,
+            "hidden_dropout_prob": self.hidden_dropout_prob,
+            "attention_probs_dropout_prob": self.attention_probs_dropout_prob,
+            "max_position_embeddings": self.max_position_embeddings,
+            "type_vocab_size": self.type_vocab_size,
+            "initializer_range": self.initializer_range,
+        })
+        return config

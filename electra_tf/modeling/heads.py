@@ -1,0 +1,159 @@
+"""The generator's masked-LM head and the discriminator's replaced-token-detection head.
+
+Official `run_pretraining.py`:
+- `_get_masked_lm_output` / `get_token_logits`, scope `generator_predictions` (spec 5.3):
+  dense(E, gelu, truncated normal) -> LayerNorm(1e-12) -> hidden . word_embeddings^T + output_bias.
+  The vocab matrix is the shared input word-embedding table (a three-way tie).
+- `_get_discriminator_output`, scope `discriminator_predictions` (spec 5.5):
+  dense(H, gelu, truncated normal) -> dense(1, Glorot-uniform: official passes no initializer)
+  -> squeeze.
+
+Written here rather than taken from keras-hub: `keras_hub.layers.MaskedLMHead` gathers the
+positions itself and owns its tie through a `token_embedding` constructor argument (a layer
+cannot be serialised into two configs), and keras-hub has no discriminator head. The generator
+head takes the table at call time instead, so the tie is a call-time relation and `get_config`
+stays self-contained.
+
+Variable paths (default names = official scopes):
+    generator_predictions/dense/{kernel [Hg, E], bias [E]}
+    generator_predictions/LayerNorm/{gamma, beta} [E]
+    generator_predictions/output_bias [V]
+    discriminator_predictions/dense/{kernel [H, H], bias [H]}
+    discriminator_predictions/dense_1/{kernel [H, 1], bias [1]}
+
+Both heads return float32 logits whatever the dtype policy: the matmuls run in the compute dtype
+(bfloat16 under mixed_bfloat16) and the result is cast before the bias is added, because the
+logits feed softmax / sigmoid losses and the generator's sampling.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from electra_tf.modeling.embeddings import LAYER_NORM_EPSILON, get_activation, truncated_normal
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class GeneratorHead(keras.layers.Layer):
+    """Masked-LM head tied to the word-embedding table (official `generator_predictions`).
+
+    Args:
+        embedding_size: int. Width E of the word-embedding table (128 for small).
+        vocab_size: int. Rows V of the table; the size of `output_bias`.
+        hidden_act: str. Activation of the dense layer ("gelu" = exact erf GELU).
+        initializer_range: float. Stddev of the dense kernel's truncated-normal initializer.
+        **kwargs: forwarded to `keras.layers.Layer`; `name` defaults to "generator_predictions".
+
+    Call arguments:
+        hidden: float tensor `[batch_size, num_positions, generator_hidden_size]`: the
+            generator's final hidden states, already gathered at masked_lm_positions.
+        word_embeddings_table: the `[vocab_size, embedding_size]` table (tensor or variable,
+            e.g. `encoder.embeddings.word_embeddings.embeddings`). Gradients flow into it.
+
+    Returns:
+        float32 logits `[batch_size, num_positions, vocab_size]`.
+    """
+
+    def __init__(self, embedding_size: int, vocab_size: int, hidden_act: str = "gelu",
+                 initializer_range: float = 0.02, **kwargs):
+        kwargs.setdefault("name", "generator_predictions")
+        super().__init__(**kwargs)
+        self.embedding_size = embedding_size
+        self.vocab_size = vocab_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            embedding_size, activation=get_activation(hidden_act),
+            kernel_initializer=truncated_normal(initializer_range), bias_initializer="zeros",
+            dtype=self.dtype_policy, name="dense")
+        self.layer_norm = keras.layers.LayerNormalization(
+            axis=-1, epsilon=LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="LayerNorm")
+
+    def build(self, hidden_shape, word_embeddings_table_shape=None):
+        self.dense.build(hidden_shape)
+        self.layer_norm.build(tuple(hidden_shape[:-1]) + (self.embedding_size,))
+        # autocast=False: the bias is added to the float32 logits, in float32.
+        self.output_bias = self.add_weight(
+            name="output_bias", shape=(self.vocab_size,), initializer="zeros", autocast=False)
+
+    def call(self, hidden, word_embeddings_table):
+        table = tf.cast(word_embeddings_table, self.compute_dtype)  # [V, E]
+        if table.shape.rank != 2 or table.shape[-1] != self.embedding_size:
+            raise ValueError(f"{self.name}: word_embeddings_table must be [vocab_size, "
+                             f"{self.embedding_size}], got {table.shape}")
+        x = self.layer_norm(self.dense(hidden))  # [B, N, E]
+        shape = tf.shape(x)
+        flat = tf.reshape(x, [-1, self.embedding_size])
+        # transpose_b lets the matmul read the table in place instead of materialising table^T.
+        logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
+        logits = tf.cast(logits, "float32") + tf.cast(self.output_bias.value, "float32")
+        return tf.reshape(logits, tf.concat([shape[:-1], [-1]], axis=0))
+
+    def compute_output_spec(self, hidden, word_embeddings_table):
+        return keras.KerasTensor(tuple(hidden.shape[:-1]) + (self.vocab_size,), dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "embedding_size": self.embedding_size,
+            "vocab_size": self.vocab_size,
+            "hidden_act": self.hidden_act,
+            "initializer_range": self.initializer_range,
+        })
+        return config
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class DiscriminatorHead(keras.layers.Layer):
+    """Replaced-token-detection head (official `discriminator_predictions`).
+
+    Args:
+        hidden_size: int. Width H of the first dense layer (the discriminator's hidden size).
+        hidden_act: str. Activation of the first dense layer ("gelu" = exact erf GELU).
+        initializer_range: float. Stddev of the first kernel's truncated-normal initializer.
+        **kwargs: forwarded to `keras.layers.Layer`; `name` defaults to
+            "discriminator_predictions".
+
+    Call arguments:
+        sequence_output: float tensor `[batch_size, seq_length, hidden_size]`.
+
+    Returns:
+        float32 logits `[batch_size, seq_length]` (> 0 means "replaced").
+    """
+
+    def __init__(self, hidden_size: int, hidden_act: str = "gelu",
+                 initializer_range: float = 0.02, **kwargs):
+        kwargs.setdefault("name", "discriminator_predictions")
+        super().__init__(**kwargs)
+        self.hidden_size = hidden_size
+        self.hidden_act = hidden_act
+        self.initializer_range = initializer_range
+        self.dense = keras.layers.Dense(
+            hidden_size, activation=get_activation(hidden_act),
+            kernel_initializer=truncated_normal(initializer_range), bias_initializer="zeros",
+            dtype=self.dtype_policy, name="dense")
+        # Official passes no initializer here, so TF's default Glorot-uniform applies.
+        self.dense_1 = keras.layers.Dense(
+            1, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+            dtype=self.dtype_policy, name="dense_1")
+
+    def build(self, sequence_output_shape):
+        self.dense.build(sequence_output_shape)
+        self.dense_1.build(tuple(sequence_output_shape[:-1]) + (self.hidden_size,))
+
+    def call(self, sequence_output):
+        logits = self.dense_1(self.dense(sequence_output))  # [B, L, 1]
+        return tf.cast(tf.squeeze(logits, axis=-1), "float32")
+
+    def compute_output_spec(self, sequence_output):
+        return keras.KerasTensor(tuple(sequence_output.shape[:-1]), dtype="float32")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({
+            "hidden_size": self.hidden_size,
+            "hidden_act": self.hidden_act,
+            "initializer_range": self.initializer_range,
+        })
+        return config

@@ -1,0 +1,124 @@
+"""The generator's masked-LM loss and the discriminator's replaced-token-detection loss.
+
+Both follow the official normalisation: a weighted sum over the whole batch divided by
+(sum of weights + 1e-6), i.e. a mean per masked slot (MLM) or per real token (RTD) over the batch,
+not a mean of per-example means. All math is float32 whatever the logits' dtype, so mixed
+precision changes nothing here.
+
+Under `tf.distribute` the denominator is the GLOBAL sum of weights (all-reduced across replicas)
+while the numerator stays local, so each replica returns its CONTRIBUTION
+local_sum / (global_weight_sum + 1e-6). Summing the per-replica losses
+(`strategy.reduce(SUM, ...)`) gives exactly the one-device loss of the global batch, and, since
+the denominator is a constant for differentiation, the replicas' gradients summed by the
+optimizer's all-reduce equal the one-device gradient. Do NOT divide these losses by
+`num_replicas_in_sync` again. Outside a strategy (or with one replica) they are plain batch losses.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+# Official get_softmax_output / _get_discriminator_output: `loss = sum / (sum(weights) + 1e-6)`.
+LOSS_DENOMINATOR_EPS = 1e-6
+
+
+def global_sum(x: tf.Tensor) -> tf.Tensor:
+    """Sum of `x` over all replicas in sync, or `x` itself when there is nothing to sum over.
+
+    Inside a replica context with more than one replica this is an all-reduce, so every replica
+    must call it (the loss functions below do so unconditionally). In cross-replica context, or
+    with a single replica, it returns `x` unchanged.
+
+    Args:
+        x: tensor (typically a float32 scalar).
+
+    Returns:
+        Tensor of the same shape and dtype.
+    """
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync == 1:
+        return x
+    return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
+
+
+class MLMLoss(NamedTuple):
+    """Masked-LM loss outputs (official `MLMOutput` without the [B, N, V] tensors).
+
+    Attributes:
+        loss: float32 scalar. This replica's contribution to the global-batch loss.
+        per_position_nll: float32 [batch_size, N]. -log p(original id) per slot (the official
+            `per_example_loss`, which is per slot despite its name); unweighted.
+        predictions: int32 [batch_size, N]. argmax of the logits (official `preds`).
+    """
+
+    loss: tf.Tensor
+    per_position_nll: tf.Tensor
+    predictions: tf.Tensor
+
+
+class RTDLoss(NamedTuple):
+    """Replaced-token-detection loss outputs (official `DiscOutput`).
+
+    Attributes:
+        loss: float32 scalar. This replica's contribution to the global-batch loss.
+        per_example_loss: float32 [batch_size]. Per-sequence token mean (local, not global).
+        probs: float32 [batch_size, seq_length]. sigmoid(logits).
+        preds: int32 [batch_size, seq_length]. 1 iff logit > 0.
+    """
+
+    loss: tf.Tensor
+    per_example_loss: tf.Tensor
+    probs: tf.Tensor
+    preds: tf.Tensor
+
+
+def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.Tensor) -> MLMLoss:
+    """Generator loss: sum(w * nll) / (global sum(w) + 1e-6) over the masked slots.
+
+    Duplicate masked positions are separate slots and count twice, as in the official code.
+
+    Args:
+        logits: float [batch_size, N, vocab_size]. Cast to float32.
+        masked_lm_ids: int [batch_size, N]. Target (original) ids.
+        masked_lm_weights: float [batch_size, N]. 1 for used slots, 0 for unused ones.
+
+    Returns:
+        An `MLMLoss`.
+    """
+    logits = tf.cast(logits, tf.float32)
+    weights = tf.cast(masked_lm_weights, tf.float32)
+    # Sparse cross-entropy: the same -log_softmax[target] as the official one-hot product,
+    # without a [B, N, V] one-hot.
+    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(masked_lm_ids, tf.int32), logits=logits)
+    denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
+    loss = tf.reduce_sum(weights * nll) / denominator
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return MLMLoss(loss=loss, per_position_nll=nll, predictions=predictions)
+
+
+def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTDLoss:
+    """Discriminator loss: sum(sigmoid_ce * input_mask) / (global sum(input_mask) + 1e-6).
+
+    [CLS], [SEP] and every real token count; padding does not.
+
+    Args:
+        logits: float [batch_size, seq_length]. Cast to float32.
+        labels: int [batch_size, seq_length]. 1 = replaced (`FakeInputs.is_fake`).
+        input_mask: int [batch_size, seq_length].
+
+    Returns:
+        An `RTDLoss`.
+    """
+    logits = tf.cast(logits, tf.float32)
+    weights = tf.cast(input_mask, tf.float32)
+    losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=logits) * weights
+    per_example_loss = tf.reduce_sum(losses, axis=-1) / (tf.reduce_sum(weights, axis=-1) + LOSS_DENOMINATOR_EPS)
+    denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
+    loss = tf.reduce_sum(losses) / denominator
+    probs = tf.sigmoid(logits)
+    # Official: round((sign(logits) + 1) / 2); a logit of exactly 0 gives 0.5, rounded to even: 0.
+    preds = tf.cast(logits > 0, tf.int32)
+    return RTDLoss(loss=loss, per_example_loss=per_example_loss, probs=probs, preds=preds)

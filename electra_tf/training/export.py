@@ -1,0 +1,144 @@
+"""SavedModel export of the discriminator (what users keep) and of the generator.
+
+`model_dir/export/discriminator/` serves two signatures:
+- `serving_default`: int32 `input_ids`, `input_mask`, `segment_ids` [batch, seq] ->
+  `replaced_probs` [batch, seq] (probability each token was replaced) and `sequence_output`
+  [batch, seq, hidden];
+- `serve_text`: a batch of raw strings, tokenized in-graph exactly as the dataset builder does
+  (tensorflow-text), packed as `[CLS] tokens [SEP]`, truncated to max_seq_length and padded to the
+  longest in the batch -> the same outputs plus the `input_ids` and `input_mask` used.
+
+`model_dir/export/generator/` serves `serving_default` -> `mlm_logits` [batch, seq, vocab]
+(masked-LM logits at every position; feed [MASK] where you want predictions).
+
+Loading needs only TensorFlow (and `import tensorflow_text` for `serve_text`'s ops). Each export
+is written to a temporary directory and renamed into place, so a crash never leaves a half
+SavedModel; re-exporting the same run replaces the previous export of that run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.data.tokenization import Tokenizer
+from electra_tf.vocab import Vocab
+
+EXPORT_DIR_NAME = "export"
+
+
+def _int_spec(name):
+    return tf.TensorSpec([None, None], tf.int32, name=name)
+
+
+class DiscriminatorModule(tf.Module):
+    """The discriminator encoder + RTD head, with a raw-text front end."""
+
+    def __init__(self, encoder, head, tokenizer: Tokenizer, max_seq_length: int):
+        super().__init__(name="electra_discriminator")
+        self.encoder = encoder
+        self.head = head
+        self.graph_tokenizer = tokenizer.graph_tokenizer()
+        self._cls_id = tokenizer.vocab.special.cls_id
+        self._sep_id = tokenizer.vocab.special.sep_id
+        self._max_seq_length = max_seq_length
+
+    @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
+                                  _int_spec("segment_ids")])
+    def serve(self, input_ids, input_mask, segment_ids):
+        sequence_output = self.encoder(
+            {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
+            training=False)["sequence_output"]
+        logits = tf.cast(self.head(sequence_output), tf.float32)
+        return {"replaced_probs": tf.sigmoid(logits),
+                "sequence_output": tf.cast(sequence_output, tf.float32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def serve_text(self, text):
+        pieces = self.graph_tokenizer.tokenize(text)  # ragged [batch, (tokens)]
+        pieces = tf.cast(pieces[:, : self._max_seq_length - 2], tf.int32)
+        batch = pieces.nrows()
+        cls = tf.fill([batch, 1], self._cls_id)
+        sep = tf.fill([batch, 1], self._sep_id)
+        ids = tf.concat([cls, pieces, sep], axis=1)
+        input_ids = ids.to_tensor(default_value=0)
+        input_mask = tf.ones_like(ids).to_tensor(default_value=0)
+        outputs = self.serve(input_ids, input_mask, tf.zeros_like(input_ids))
+        outputs.update({"input_ids": input_ids, "input_mask": input_mask})
+        return outputs
+
+
+class GeneratorModule(tf.Module):
+    """The masked-LM encoder + head at every position."""
+
+    def __init__(self, encoder, head):
+        super().__init__(name="electra_generator")
+        self.encoder = encoder
+        self.head = head
+
+    @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
+                                  _int_spec("segment_ids")])
+    def serve(self, input_ids, input_mask, segment_ids):
+        hidden = self.encoder(
+            {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
+            training=False)["sequence_output"]
+        table = self.encoder.embeddings.word_embeddings.embeddings
+        return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
+
+
+def _save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict) -> str:
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
+    try:
+        tf.saved_model.save(module, staging, signatures=signatures)
+        extra = os.path.join(staging, "assets.extra")
+        os.makedirs(extra, exist_ok=True)
+        for name, source in extra_files.items():
+            shutil.copyfile(source, os.path.join(extra, name))
+        if os.path.exists(target):
+            old = staging + ".old"
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
+    """Exports the discriminator (ELECTRA objective) and the masked-LM generator.
+
+    Args:
+        model: a built `ElectraPretrainer`.
+        vocab: the run's `Vocab`.
+        config: the run's `PretrainingConfig` (for max_seq_length and the paths).
+
+    Returns:
+        {"discriminator": path or None, "generator": path or None}.
+    """
+    export_dir = os.path.join(config.model_dir, EXPORT_DIR_NAME)
+    extra = {"vocab.txt": vocab.path}
+    config_path = os.path.join(config.model_dir, "config.json")
+    if os.path.exists(config_path):
+        extra["config.json"] = config_path
+    paths = {"discriminator": None, "generator": None}
+    if model.discriminator_head is not None:
+        tokenizer = Tokenizer(vocab, do_lower_case=config.do_lower_case)
+        module = DiscriminatorModule(model.discriminator, model.discriminator_head, tokenizer,
+                                     config.max_seq_length)
+        paths["discriminator"] = _save_atomically(
+            module, {"serving_default": module.serve, "serve_text": module.serve_text},
+            os.path.join(export_dir, "discriminator"), extra)
+    if model.generator_head is not None:
+        module = GeneratorModule(model.mlm_encoder, model.generator_head)
+        paths["generator"] = _save_atomically(
+            module, {"serving_default": module.serve}, os.path.join(export_dir, "generator"), extra)
+    return paths

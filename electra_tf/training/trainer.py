@@ -1,0 +1,367 @@
+"""The pretraining run: strategy, model, optimizer, checkpoints, summaries, eval and export.
+
+`run(config)` is what `run_pretraining.py` calls. The order, as the official `train_or_eval`:
+
+1. Set up: strategy (before any other op), precision policy, vocab and dataset checks, the model
+   directory (`config.json` written before step 0; an incompatible existing run is an error).
+2. Build the model, optimizer and metrics under the strategy scope; restore the latest checkpoint
+   if there is one (same step counter, optimizer slots and learning-rate position).
+3. Train in compiled loops of `iterations_per_loop` steps; after each loop write TensorBoard
+   scalars and a console line (chief only); save a checkpoint every `save_checkpoints_steps`.
+4. Evaluate on the held-out split (`eval_results.txt`), export SavedModels.
+
+Per-step randomness (masking, sampling) derives from (seed, global step), so a resumed run draws
+exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import time
+from typing import Dict, Optional
+
+import keras
+import tensorflow as tf
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.data import pipeline
+from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.pretraining.metrics import PretrainingMetrics
+from electra_tf.training import optimization
+from electra_tf.training.strategy import get_strategy, is_chief
+from electra_tf.vocab import load_vocab
+
+logger = logging.getLogger("electra_tf")
+
+CONFIG_NAME = "config.json"
+VOCAB_NAME = "vocab.txt"
+EVAL_RESULTS_NAME = "eval_results.txt"
+# Hparams that change the model's variables or the data it reads: a run cannot resume with
+# different values. Everything else (steps, learning rate, batch size, ...) may change.
+STRUCTURAL_HPARAMS = (
+    "model_size", "model_hparam_overrides", "embedding_size", "vocab_size", "max_seq_length",
+    "electra_objective", "uniform_generator", "untied_generator", "untied_generator_embeddings",
+    "generator_layers", "generator_hidden_size", "debug",
+)
+# Seed stream for evaluation masks, kept apart from the training steps' streams.
+EVAL_SEED_OFFSET = 1 << 40
+
+
+class TrainingError(RuntimeError):
+    """Training cannot continue (non-finite loss, incompatible model directory, ...)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Model directory
+# ------------------------------------------------------------------------------------------------
+def prepare_model_dir(config: PretrainingConfig, vocab_path: str, vocab_sha256: str,
+                      write: bool) -> None:
+    """Creates the model dir, or checks an existing run is compatible; writes config + vocab.
+
+    Raises:
+        TrainingError: the directory holds a run with other structural hparams or another vocab.
+    """
+    config_path = os.path.join(config.model_dir, CONFIG_NAME)
+    if os.path.exists(config_path):
+        previous = PretrainingConfig.load(config_path)
+        for key in STRUCTURAL_HPARAMS:
+            old, new = getattr(previous, key), getattr(config, key)
+            if old != new:
+                raise TrainingError(
+                    f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
+                    "Use another --model-name, or --overwrite to start afresh")
+        saved_vocab = os.path.join(config.model_dir, VOCAB_NAME)
+        if os.path.exists(saved_vocab):
+            from electra_tf.vocab import file_sha256
+            if file_sha256(saved_vocab) != vocab_sha256:
+                raise TrainingError(
+                    f"{config.model_dir} was trained with the vocab saved as {saved_vocab}, which "
+                    f"differs from {vocab_path}")
+    if write:
+        os.makedirs(config.model_dir, exist_ok=True)
+        config.save(config_path)
+        saved_vocab = os.path.join(config.model_dir, VOCAB_NAME)
+        if not os.path.exists(saved_vocab):
+            shutil.copyfile(vocab_path, saved_vocab + ".tmp")
+            os.replace(saved_vocab + ".tmp", saved_vocab)
+
+
+def remove_run(model_dir: str) -> None:
+    """Deletes a previous run's directory (`--overwrite`), refusing one that is not a run."""
+    if not os.path.isdir(model_dir):
+        return
+    ours = {CONFIG_NAME, VOCAB_NAME, "checkpoint"}
+    if not ours & set(os.listdir(model_dir)) and os.listdir(model_dir):
+        raise TrainingError(f"refusing to delete {model_dir}: it does not look like an electra-tf "
+                            f"run directory (no {CONFIG_NAME} or checkpoint)")
+    shutil.rmtree(model_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+# ------------------------------------------------------------------------------------------------
+class Trainer:
+    """Holds the strategy, model, optimizer and checkpoint of one run.
+
+    Args:
+        config: a resolved PretrainingConfig.
+        strategy: optional tf.distribute.Strategy; by default from `config.strategy`.
+    """
+
+    def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None):
+        self.config = config
+        self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
+                                                 config.gcp_project)
+        self.chief = is_chief(self.strategy)
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+        self.vocab = load_vocab(config.vocab_file)
+        if self.vocab.size > config.vocab_size:
+            raise TrainingError(f"{config.vocab_file} has {self.vocab.size} tokens but vocab_size is "
+                                f"{config.vocab_size}: set the vocab_size hparam to {self.vocab.size}")
+        prepare_model_dir(config, config.vocab_file, self.vocab.sha256, write=self.chief)
+        keras.utils.set_random_seed(config.seed)  # weight init and dropout
+
+        with self.strategy.scope():
+            self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special)
+            self.model.build_from_sequence_length()
+            self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
+            if config.mixed_precision == "mixed_float16":
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+            self.optimizer.build(self.model.trainable_variables)
+            self.metrics = PretrainingMetrics(electra_objective=config.electra_objective,
+                                              disc_weight=config.disc_weight)
+        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self._checkpoint_dir(), max_to_keep=config.keep_checkpoint_max or None,
+            step_counter=self.optimizer.iterations, checkpoint_interval=None)
+        self.restored_from = None
+        if self.manager.latest_checkpoint:
+            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+            self.restored_from = self.manager.latest_checkpoint
+            logger.info("restored %s (step %d)", self.restored_from, self.step)
+
+    def _checkpoint_dir(self) -> str:
+        if self.chief:
+            return self.config.model_dir
+        # Non-chief workers must save too (the save is collective), to a private dir.
+        task_id = self.strategy.cluster_resolver.task_id
+        return os.path.join(self.config.model_dir, f".worker_{task_id}")
+
+    @property
+    def step(self) -> int:
+        return int(self.optimizer.iterations.numpy())
+
+    # --------------------------------------------------------------------------------------------
+    def _distributed_dataset(self, patterns: str, global_batch: int, is_training: bool):
+        config = self.config
+
+        def dataset_fn(input_context):
+            return pipeline.make_dataset(
+                patterns, batch_size=input_context.get_per_replica_batch_size(global_batch),
+                max_seq_length=config.max_seq_length, is_training=is_training, seed=config.seed,
+                input_context=input_context)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    def _make_train_loop(self):
+        config, model, optimizer, strategy = self.config, self.model, self.optimizer, self.strategy
+        variables = model.trainable_variables
+        loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+        def forward_backward(batch, seed):
+            with tf.GradientTape() as tape:
+                outputs = model(batch, seed=seed, training=True)
+                loss = outputs["total_loss"]
+                scaled = optimizer.scale_loss(loss) if loss_scaled else loss
+            return outputs, tape.gradient(scaled, variables)
+
+        if config.jit_compile:
+            forward_backward = tf.function(forward_backward, jit_compile=True)
+
+        def step_fn(batch):
+            seed = tf.stack([tf.constant(config.seed, tf.int64),
+                             tf.cast(optimizer.iterations, tf.int64)])
+            outputs, grads = forward_backward(batch, seed)
+            lr = self.schedule(optimizer.iterations)
+            grad_norm = optimization.apply_gradients(optimizer, grads, variables)
+            self.metrics.update_state(outputs["metric_inputs"])
+            tokens = tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))
+            return {"total_loss": outputs["total_loss"], "masked_lm_loss": outputs["masked_lm_loss"],
+                    "disc_loss": outputs["disc_loss"], "tokens": tokens, "grad_norm": grad_norm,
+                    "learning_rate": tf.cast(lr, tf.float32)}
+
+        summed = ("total_loss", "masked_lm_loss", "disc_loss", "tokens")
+
+        @tf.function
+        def train_loop(iterator, num_steps):
+            # Per-step values, reduced over replicas; the loop stops early at a non-finite loss.
+            history = {k: tf.TensorArray(tf.float32, size=num_steps, element_shape=[])
+                       for k in summed + ("grad_norm", "learning_rate")}
+            done = tf.constant(0)
+            for i in tf.range(num_steps):
+                per_replica = strategy.run(step_fn, args=(next(iterator),))
+                values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
+                                             else tf.distribute.ReduceOp.MEAN, v, axis=None)
+                          for k, v in per_replica.items()}
+                for k, v in values.items():
+                    history[k] = history[k].write(i, v)
+                done = i + 1
+                if not tf.math.is_finite(values["total_loss"]):
+                    break
+            return done, {k: ta.stack()[:done] for k, ta in history.items()}
+
+        return train_loop
+
+    def train(self) -> Dict[str, float]:
+        """Trains to `num_train_steps`, resuming from the current step. Returns the last loop's
+        averaged scalars."""
+        config = self.config
+        start_step = self.step
+        if start_step >= config.num_train_steps:
+            logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
+                        config.num_train_steps)
+            return {}
+        iterator = iter(self._distributed_dataset(config.pretrain_tfrecords, config.train_batch_size,
+                                                  is_training=True))
+        train_loop = self._make_train_loop()
+        writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
+        if self.chief and start_step == 0:
+            self._save()  # step-0 checkpoint: a crash in the first loop loses nothing
+        logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
+                    config.num_train_steps, config.train_batch_size,
+                    self.strategy.num_replicas_in_sync)
+        scalars: Dict[str, float] = {}
+        run_start, run_start_step = time.time(), start_step
+        while self.step < config.num_train_steps:
+            step = self.step
+            to_checkpoint = config.save_checkpoints_steps - step % config.save_checkpoints_steps
+            num_steps = min(config.iterations_per_loop, to_checkpoint, config.num_train_steps - step)
+            self.metrics.reset_state()
+            t0 = time.time()
+            done, history = train_loop(iterator, tf.constant(num_steps))
+            done = int(done)
+            history = {k: v.numpy() for k, v in history.items()}
+            elapsed = time.time() - t0
+            if not math.isfinite(float(history["total_loss"][-1])):
+                bad = step + done - 1
+                terms = [k for k in ("masked_lm_loss", "disc_loss")
+                         if not math.isfinite(float(history[k][-1]))]
+                raise TrainingError(
+                    f"non-finite loss at step {bad}: total_loss={history['total_loss'][-1]}"
+                    f" ({', '.join(terms) or 'total only'} non-finite). Training stopped; the last "
+                    f"good checkpoint is {self.manager.latest_checkpoint}")
+            scalars = {k: float(history[k].mean()) for k in ("total_loss", "masked_lm_loss",
+                                                             "disc_loss", "grad_norm")}
+            scalars["learning_rate"] = float(history["learning_rate"][-1])
+            scalars.update({k: float(v) for k, v in self.metrics.result().items()
+                            if k not in ("masked_lm_loss", "disc_loss")})
+            scalars["examples_per_second"] = done * config.train_batch_size / elapsed
+            scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
+            if self.chief:
+                with writer.as_default(step=self.step):
+                    for name, value in scalars.items():
+                        tf.summary.scalar(name, value)
+                writer.flush()
+            self._log_progress(scalars, run_start, run_start_step)
+            if self.step % config.save_checkpoints_steps == 0 or self.step >= config.num_train_steps:
+                self._save()
+        logger.info("training done: step %d, %.1f s", self.step, time.time() - run_start)
+        return scalars
+
+    def _save(self) -> None:
+        path = self.manager.save(checkpoint_number=self.step)
+        if self.chief:
+            logger.info("saved checkpoint %s", path)
+        else:
+            shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
+
+    def _log_progress(self, scalars: Dict[str, float], run_start: float, run_start_step: int) -> None:
+        if not self.chief:
+            return
+        config, step = self.config, self.step
+        rate = (step - run_start_step) / max(time.time() - run_start, 1e-9)
+        eta = (config.num_train_steps - step) / rate if rate > 0 else float("inf")
+        logger.info(
+            "step %d/%d (%.1f%%) loss %.4f mlm %.4f disc %.4f lr %.3g | %.1f ex/s %.0f tok/s | ETA %s",
+            step, config.num_train_steps, 100.0 * step / config.num_train_steps,
+            scalars["total_loss"], scalars["masked_lm_loss"], scalars["disc_loss"],
+            scalars["learning_rate"], scalars["examples_per_second"],
+            scalars["tokens_per_second"], _format_seconds(eta))
+
+    # --------------------------------------------------------------------------------------------
+    def evaluate(self) -> Dict[str, float]:
+        """Runs `num_eval_steps` batches of the held-out split in eval mode (no dropout).
+
+        Writes `eval_results.txt` (sorted `name = value` lines, the official printout) and
+        TensorBoard scalars under `model_dir/eval`.
+        """
+        config, model, strategy = self.config, self.model, self.strategy
+        dataset = self._distributed_dataset(config.eval_tfrecords, config.eval_batch_size,
+                                            is_training=False)
+        iterator = iter(dataset)
+        self.metrics.reset_state()
+
+        def eval_fn(batch, index):
+            seed = tf.stack([tf.constant(config.seed, tf.int64),
+                             tf.cast(index, tf.int64) + EVAL_SEED_OFFSET])
+            outputs = model(batch, seed=seed, training=False)
+            self.metrics.update_state(outputs["metric_inputs"])
+            return outputs["total_loss"]
+
+        @tf.function
+        def eval_loop(iterator, num_steps):
+            total = tf.constant(0.0)
+            for i in tf.range(num_steps):
+                per_replica = strategy.run(eval_fn, args=(next(iterator), i))
+                total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            return total / tf.cast(num_steps, tf.float32)
+
+        loss = float(eval_loop(iterator, tf.constant(config.num_eval_steps)))
+        results = {k: float(v) for k, v in self.metrics.result().items()}
+        results["loss"] = loss
+        results["global_step"] = self.step
+        if self.chief:
+            path = os.path.join(config.model_dir, EVAL_RESULTS_NAME)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                for key in sorted(results):
+                    f.write(f"{key} = {results[key]}\n")
+            os.replace(path + ".tmp", path)
+            writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "eval"))
+            with writer.as_default(step=self.step):
+                for key, value in results.items():
+                    if key != "global_step":
+                        tf.summary.scalar(key, value)
+            writer.flush()
+            logger.info("eval at step %d: %s", self.step,
+                        ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
+        return results
+
+
+def _format_seconds(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+
+
+def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None) -> dict:
+    """Trains, evaluates and exports as the config says. Returns {"train": ..., "eval": ...,
+    "export": ...} with what each phase produced."""
+    trainer = Trainer(config, strategy)
+    results = {}
+    if config.do_train:
+        pipeline.validate_dataset(config.pretrain_tfrecords, max_seq_length=config.max_seq_length,
+                                  vocab_sha256=trainer.vocab.sha256, vocab_size=config.vocab_size)
+        results["train"] = trainer.train()
+    if config.do_eval:
+        pipeline.validate_dataset(config.eval_tfrecords, max_seq_length=config.max_seq_length,
+                                  vocab_sha256=trainer.vocab.sha256, vocab_size=config.vocab_size,
+                                  split="eval")
+        results["eval"] = trainer.evaluate()
+    if config.do_export and trainer.chief:
+        from electra_tf.training import export
+        results["export"] = export.export_all(trainer.model, trainer.vocab, config)
+    return results
