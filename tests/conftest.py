@@ -26,3 +26,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture
 def repo_root():
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """One two-replica MirroredStrategy for the whole session.
+
+    TF 2.21 on CPU numbers collective instances per strategy object, so two MirroredStrategy
+    objects in one process that run different graphs can collide ("Shape mismatch in the
+    collective instance"): every test shares this one.
+    """
+    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

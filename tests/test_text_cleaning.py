@@ -22,6 +22,9 @@ from electra_tf.data import text_cleaning as tc
     ("It costs 3.14 dollars, e.g. Cheap ones. Others cost 2.5 times more.",
      ["It costs 3.14 dollars, e.g. Cheap ones.", "Others cost 2.5 times more."]),
     ("The U.S. Army grew. It was 1942.", ["The U.S. Army grew.", "It was 1942."]),
+    # "No." abbreviates "number" only before a number.
+    ("He was No. 2 in Vol. II here. I said no. No. Then he left.",
+     ["He was No. 2 in Vol. II here.", "I said no.", "No.", "Then he left."]),
     # Closing quotes and brackets stay with their sentence; opening ones start the next.
     ('"My dear Mr. Bennet," said she. "Have you heard?" He had not.',
      ['"My dear Mr. Bennet," said she.', '"Have you heard?"', "He had not."]),
@@ -162,7 +165,8 @@ NOVEL_LINES = [
     "Emma Woodhouse, handsome, clever, and rich, with a comfortable home",
     "and happy disposition. Between _them_ it was more the intimacy of",
     "sisters.", "", "Mr. Knightley came.", "", None, "VOLUME II", "",
-    "CHAPTER I", "", "Chapter two text is here.", "", "FINIS",
+    "CHAPTER I", "", "Chapter two text is here.", "", "FINIS", "", "A NOTE ON THE TEXT", "",
+    "Editors wrote this.",
 ]
 
 

@@ -24,7 +24,7 @@ import codecs
 import dataclasses
 import os
 import stat
-from typing import Iterator, List, NamedTuple
+from typing import Iterator, List, NamedTuple, Optional
 
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
@@ -157,8 +157,8 @@ def _split_long(raw_lines: List[bytes], limit: int, stats: ReadStats,
     return out
 
 
-def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: int = READ_CHUNK_BYTES,
-                      max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[List[str]]:
+def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: Optional[int] = None,
+                      max_line_bytes: Optional[int] = None) -> Iterator[List[str]]:
     """Streams a file as batches of stripped lines ("" marks a blank line).
 
     Memory is bounded by about `chunk_bytes + max_line_bytes` of input at a time. A piece of a
@@ -167,8 +167,8 @@ def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: int = READ_CHUNK
     Args:
         path: str. The file.
         stats: ReadStats. Updated in place as the file is read.
-        chunk_bytes: int. Binary read size.
-        max_line_bytes: int. Longer lines are split into pieces (see module docstring).
+        chunk_bytes: int. Binary read size (default `READ_CHUNK_BYTES`).
+        max_line_bytes: int. Longer lines are split into pieces (default `MAX_LINE_BYTES`).
 
     Yields:
         list[str]: the stripped lines of one chunk, in order.
@@ -176,6 +176,8 @@ def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: int = READ_CHUNK
     Raises:
         OSError: the file cannot be read.
     """
+    chunk_bytes = chunk_bytes or READ_CHUNK_BYTES
+    max_line_bytes = max_line_bytes or MAX_LINE_BYTES
     pending = b""  # the unfinished last line of the previous chunk
     pending_split = False  # pending continues a line already counted in lines_split
     with open(path, "rb") as f:

@@ -53,6 +53,7 @@ CORPUS_DIR_NAME = "corpus"
 TARGET_CORPUS_FILE_BYTES = 768 * 1024
 # A registry download that has not finished by then has hung; the time-out makes it fail.
 DOWNLOAD_TIMEOUT_SECONDS = 1800
+_SOURCE_KEYS = ("name", "artifact", "reader", "file_prefix", "members")
 _STAGING_PREFIX = ".fetch-staging-"
 _OLD_PREFIX = ".fetch-old-"
 
@@ -416,7 +417,15 @@ def load_sources(path: str = DEFAULT_SOURCES_FILE) -> dict:
     for key in ("artifacts", "vocab", "sources"):
         if key not in spec:
             raise FetchError(f"{path}: missing key {key!r}")
+    if spec["vocab"].get("artifact") not in spec["artifacts"]:
+        raise FetchError(f"{path}: vocab names unknown artifact {spec['vocab'].get('artifact')!r}")
+    prefixes = [source.get("file_prefix") for source in spec["sources"]]
     for source in spec["sources"]:
+        for key in _SOURCE_KEYS:
+            if key not in source:
+                raise FetchError(f"{path}: source {source.get('name')!r} lacks key {key!r}")
+        if prefixes.count(source["file_prefix"]) > 1:
+            raise FetchError(f"{path}: file_prefix {source['file_prefix']!r} is used twice")
         if source.get("artifact") not in spec["artifacts"]:
             raise FetchError(f"{path}: source {source.get('name')!r} names unknown artifact "
                              f"{source.get('artifact')!r}")
@@ -497,6 +506,11 @@ def _write_json_atomically(path: str, value: dict) -> None:
     os.replace(tmp, path)
 
 
+def _conflict_message(path: str) -> str:
+    return (f"{path} already exists and differs from the fetched default data; "
+            f"pass --overwrite (overwrite=True) to replace it")
+
+
 def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) -> None:
     """Moves the staged vocab and corpus into DATA_DIR, then writes the manifest.
 
@@ -510,9 +524,8 @@ def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) 
     corpus_same = _same_corpus(staging, data_dir)
     conflicts = [path for path, same in ((vocab, vocab_same), (corpus, corpus_same))
                  if os.path.lexists(path) and not same]
-    if conflicts and False:
-        raise FetchError(f"{conflicts[0]} already exists and differs from the fetched default "
-                         f"data; pass --overwrite (overwrite=True) to replace it")
+    if conflicts and not overwrite:
+        raise FetchError(_conflict_message(conflicts[0]))
     if vocab_same and corpus_same:
         log(f"{data_dir}: vocab and corpus already up to date")
         _write_json_atomically(manifest_path, manifest)
@@ -573,6 +586,12 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
             and all(s.get("status") == "ok" for s in manifest.get("sources", []))):
         log(f"{data_dir}: default data already complete; nothing to do")
         return _result_from_manifest(data_dir, manifest)
+
+    # Fail before any download or cleaning when the vocab alone already rules out installing.
+    existing_vocab = os.path.join(data_dir, VOCAB_NAME)
+    if (not overwrite and os.path.isfile(existing_vocab)
+            and file_sha256(existing_vocab) != spec["vocab"]["sha256"]):
+        raise FetchError(_conflict_message(existing_vocab))
 
     os.makedirs(data_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=data_dir)

@@ -29,18 +29,20 @@ Document = List[str]
 # --------------------------------------------------------------------------------------------
 
 # Words that end in a period without ending a sentence (lowercased, without the period).
-# Deliberately excludes words that commonly end sentences too ("etc", "inc" are kept since
-# they rarely end one in encyclopedia text but "etc" often does).
+# "etc" is left out: it ends sentences as often as not.
 ABBREVIATIONS = frozenset("""
     mr mrs ms dr prof st jr sr rev hon gen col lt sgt capt cmdr adm gov pres sen rep messrs mme
-    mlle esq fr sr vs v cf e.g i.e viz al approx ca c no nos vol vols pp p ch chap fig figs ed
-    eds eq est dept univ assn bros inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov
-    dec mt ft u.s u.k u.n a.d b.c op ph.d
+    mlle esq fr vs v cf e.g i.e viz al approx ca c vol vols pp p ch chap fig figs ed eds eq
+    est dept univ assn bros inc ltd co corp jan feb mar apr jun jul aug sep sept oct nov dec mt
+    ft u.s u.k u.n a.d b.c op ph.d
 """.split())
+# Abbreviations only when a number follows ("No. 2"); otherwise ordinary words ("I said no.").
+NUMBER_ABBREVIATIONS = frozenset({"no", "nos"})
 
 # A candidate boundary: terminal punctuation, optional closing quotes/brackets, whitespace, and
 # a next sentence that starts with an (optionally quoted/bracketed) capital letter or digit.
-_BOUNDARY = re.compile(r"""([.!?]+)(["'\u201d\u2019)\]]*)\s+(?=["'\u201c\u2018(\[]*[A-Z0-9\u00c0-\u00de])""")
+_BOUNDARY = re.compile(r"""([.!?]+)(["'\u201d\u2019)\]]*)\s+"""
+                       r"""(?=["'\u201c\u2018(\[]*[A-Z0-9\u00c0-\u00de])""")
 # The word (run of non-space characters) that ends right before a candidate period.
 _LAST_WORD = re.compile(r"(\S+)$")
 _SINGLE_INITIAL = re.compile(r"^[(\"'\u201c\u2018]*[A-Z]$")
@@ -82,6 +84,9 @@ def split_sentences(text: str) -> List[str]:
         if match.group(1) == ".":
             word = _LAST_WORD.search(text, start, match.start())
             if word and _is_abbreviation(word.group(1)):
+                continue
+            if (word and word.group(1).lower() in NUMBER_ABBREVIATIONS
+                    and text[match.end()].isdigit()):
                 continue
             if not sentences and _ENUMERATOR.match(text[start:match.end(2)]):
                 continue
@@ -202,7 +207,7 @@ def _render_template(body: str) -> str:
 
 def _render_link(body: str) -> str:
     """The visible text of an internal link `[[target|text]]` ('' for files/categories)."""
-    target, _, text = body.partition("|")
+    target, pipe, text = body.partition("|")
     target = target.strip()
     namespace = target.lstrip(":").split(":", 1)[0].strip().lower() if ":" in target else ""
     if namespace in _DROPPED_LINK_NAMESPACES and not target.startswith(":"):
@@ -211,7 +216,7 @@ def _render_link(body: str) -> str:
         return ""
     if text.strip():
         return text.strip()
-    if _ and not text.strip():  # pipe trick: [[Paris (band)|]] shows "Paris"
+    if pipe:  # the pipe trick: [[Paris (band)|]] shows "Paris"
         return re.sub(r"\s*\(.*?\)\s*$", "", target.split(":", 1)[-1]).strip()
     return target.lstrip(":").lstrip("#").strip()
 
@@ -347,6 +352,8 @@ _CHAPTER_HEADING = re.compile(r"^\s*chapter\s+([ivxlc]+|\d+)\.?\s*$", re.IGNOREC
 # Non-prose lines inside a novel: volume headings and end marks.
 _NOVEL_NON_PROSE = re.compile(r"^\s*(?:volume\s+([ivxlc]+|\d+)|finis|the end)\.?\s*$",
                               re.IGNORECASE)
+# Editorial back matter after the last chapter (an edition's "A NOTE ON THE TEXT"): not Austen.
+_NOVEL_BACK_MATTER = re.compile(r"^\s*a note on the text\s*$", re.IGNORECASE)
 # Project Gutenberg marks italics as _word_.
 _UNDERSCORE_EMPHASIS = re.compile(r"_([^_\n]+)_")
 
@@ -356,7 +363,8 @@ def novel_chapter_documents(lines: Iterable[str]) -> Iterator[Document]:
 
     Text before the first "CHAPTER ..." line (title, author, first volume heading) is dropped;
     paragraphs are runs of non-blank lines; "VOLUME ..." headings and "FINIS"/"THE END" are
-    dropped; `_italic_` underscores are removed.
+    dropped, and so is an edition's closing "A NOTE ON THE TEXT"; `_italic_` underscores are
+    removed.
 
     Args:
         lines: the novel's lines; None (R's NA) counts as blank.
@@ -376,6 +384,8 @@ def novel_chapter_documents(lines: Iterable[str]) -> Iterator[Document]:
 
     for line in lines:
         line = line or ""
+        if _NOVEL_BACK_MATTER.match(line):
+            break
         if _CHAPTER_HEADING.match(line):
             end_paragraph()
             if chapter:

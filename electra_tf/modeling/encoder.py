@@ -13,7 +13,10 @@ numerically against an independent plain-TF implementation of the official block
 Where keras-hub differs from the official code, and what this module does about it:
 - One dropout rate for the attention probabilities and the residual branches. The official config
   has two (`attention_probs_dropout_prob`, `hidden_dropout_prob`), so `TransformerLayer` below adds
-  `attention_dropout` and sets the attention layer's rate after building it.
+  `attention_dropout` and sets each Dropout sublayer's rate after building them. This touches
+  keras-hub / keras private attributes (`_self_attention_dropout`, `_feedforward_dropout`,
+  `_self_attention_layer._dropout{,_layer}`), valid for the pinned keras-hub 0.32 / keras 3.15;
+  tests/test_modeling_reference.py checks the behaviour, so an upgrade that breaks it fails there.
 - Padding mask: keras replaces masked scores by -1e9 and zeroes their probabilities; official adds
   -10000. Both give exactly the same float32 probabilities whenever a sequence has at least one
   real token (exp(-10000) underflows to 0). They differ only for a sequence whose input_mask is all
@@ -76,8 +79,18 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         self.attention_dropout = dropout if attention_dropout is None else attention_dropout
 
     def build(self, inputs_shape):
-        super().build(inputs_shape)
-        # keras.layers.MultiHeadAttention reads `_dropout` at call time (it picks the fused
+        # The parent builds all three Dropout layers (two residual, one inside the attention)
+        # with `self.dropout`. A keras Dropout built with rate 0 has no seed generator and can
+        # never be switched on, so build them with the larger rate, then give each its own.
+        hidden_rate = self.dropout
+        self.dropout = max(hidden_rate, self.attention_dropout)
+        try:
+            super().build(inputs_shape)
+        finally:
+            self.dropout = hidden_rate
+        self._self_attention_dropout.rate = hidden_rate
+        self._feedforward_dropout.rate = hidden_rate
+        # keras.layers.MultiHeadAttention reads `_dropout` at call time (it takes the fused
         # dot-product path only when it is 0) and applies `_dropout_layer` to the probabilities.
         attention = self._self_attention_layer
         attention._dropout = self.attention_dropout

@@ -133,7 +133,17 @@ class Trainer:
             self.optimizer.build(self.model.trainable_variables)
             self.metrics = PretrainingMetrics(electra_objective=config.electra_objective,
                                               disc_weight=config.disc_weight)
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer)
+        # The data position is checkpointed with the model, so a resumed run continues the data
+        # where it stopped; the dropout RNG states (non-trainable) too, so it draws the same masks.
+        self.train_iterator = None
+        if config.do_train:
+            self.train_iterator = iter(self._distributed_dataset(
+                config.pretrain_tfrecords, config.train_batch_size, is_training=True))
+        items = {"model": self.model, "optimizer": self.optimizer,
+                 "rng_state": list(self.model.non_trainable_variables)}
+        if self.train_iterator is not None:
+            items["train_data"] = self.train_iterator
+        self.checkpoint = tf.train.Checkpoint(**items)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self._checkpoint_dir(), max_to_keep=config.keep_checkpoint_max or None,
             step_counter=self.optimizer.iterations, checkpoint_interval=None)
@@ -206,8 +216,8 @@ class Trainer:
                 values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
                                              else tf.distribute.ReduceOp.MEAN, v, axis=None)
                           for k, v in per_replica.items()}
-                for k, v in values.items():
-                    history[k] = history[k].write(i, v)
+                # Reassign (not mutate) so autograph carries the arrays through the loop.
+                history = {k: ta.write(i, values[k]) for k, ta in history.items()}
                 done = i + 1
                 if not tf.math.is_finite(values["total_loss"]):
                     break
@@ -215,17 +225,17 @@ class Trainer:
 
         return train_loop
 
-    def train(self) -> Dict[str, float]:
-        """Trains to `num_train_steps`, resuming from the current step. Returns the last loop's
-        averaged scalars."""
+    def train(self, stop_at_step: Optional[int] = None) -> Dict[str, float]:
+        """Trains to `num_train_steps` (or `stop_at_step`, for tests and staged runs), resuming
+        from the current step. Returns the last loop's averaged scalars."""
         config = self.config
         start_step = self.step
-        if start_step >= config.num_train_steps:
+        end_step = min(config.num_train_steps, stop_at_step or config.num_train_steps)
+        if start_step >= end_step:
             logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
                         config.num_train_steps)
             return {}
-        iterator = iter(self._distributed_dataset(config.pretrain_tfrecords, config.train_batch_size,
-                                                  is_training=True))
+        iterator = self.train_iterator
         train_loop = self._make_train_loop()
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
         if self.chief and start_step == 0:
@@ -235,10 +245,10 @@ class Trainer:
                     self.strategy.num_replicas_in_sync)
         scalars: Dict[str, float] = {}
         run_start, run_start_step = time.time(), start_step
-        while self.step < config.num_train_steps:
+        while self.step < end_step:
             step = self.step
             to_checkpoint = config.save_checkpoints_steps - step % config.save_checkpoints_steps
-            num_steps = min(config.iterations_per_loop, to_checkpoint, config.num_train_steps - step)
+            num_steps = min(config.iterations_per_loop, to_checkpoint, end_step - step)
             self.metrics.reset_state()
             t0 = time.time()
             done, history = train_loop(iterator, tf.constant(num_steps))
@@ -266,7 +276,7 @@ class Trainer:
                         tf.summary.scalar(name, value)
                 writer.flush()
             self._log_progress(scalars, run_start, run_start_step)
-            if self.step % config.save_checkpoints_steps == 0 or self.step >= config.num_train_steps:
+            if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
                 self._save()
         logger.info("training done: step %d, %.1f s", self.step, time.time() - run_start)
         return scalars
