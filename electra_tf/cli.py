@@ -35,9 +35,7 @@ def run_pretraining_cli(args: argparse.Namespace) -> int:
                    trainer.TrainingError)
     try:
         config = pretraining_config_from_args(args)
-        if args.overwrite:
-            trainer.remove_run(config.model_dir)
-        results = trainer.run(config)
+        results = trainer.run(config, overwrite=args.overwrite)
     except user_errors as e:
         print(f"run_pretraining.py: error: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,6 @@
 """MLM and RTD losses: exact values, float32 math, global-batch averaging (items 20, 24, 25)."""
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from electra_tf.pretraining import losses, masking, sampling, seeds as seeds_lib

@@ -1,9 +1,9 @@
 """The ELECTRA layers under tf.distribute.MirroredStrategy on two logical CPU devices."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
@@ -14,11 +14,12 @@ GEN = dict(CFG, hidden_size=8, num_attention_heads=1, intermediate_size=16)
 BATCH = 4
 
 
-@pytest.fixture(scope="module")
-def strategy():
+@pytest.fixture
+def strategy(mirrored_strategy):
+    """conftest's session-wide two-replica strategy (one per process avoids collective clashes)."""
     if len(tf.config.list_logical_devices("CPU")) < 2:
         pytest.skip("needs the two logical CPU devices set up by conftest.py")
-    return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    return mirrored_strategy
 
 
 def _batch():
@@ -52,7 +53,8 @@ def _per_example_loss(models, batch, training):
     hidden = gen(enc_inputs, training=training)["sequence_output"]
     gathered = tf.gather(hidden, batch["masked_lm_positions"], batch_dims=1)
     mlm_logits = gen_head(gathered, disc.embeddings.word_embeddings.embeddings)
-    mlm = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(batch["masked_lm_ids"], mlm_logits), -1)
+    mlm = tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(batch["masked_lm_ids"], mlm_logits), -1)
     disc_logits = disc_head(disc(enc_inputs, training=training)["sequence_output"])
     labels = tf.cast(enc_inputs["input_ids"] % 2, tf.float32)
     mask = tf.cast(enc_inputs["input_mask"], tf.float32)
@@ -68,6 +70,15 @@ def _variables(models):
     return list(seen.values())
 
 
+def _unique_weights(models):
+    """All weights of the models in a fixed order, shared ones once."""
+    seen = {}
+    for m in models:
+        for v in m.weights:
+            seen.setdefault(id(v), v)
+    return list(seen.values())
+
+
 def test_two_replica_forward_backward_matches_one_device(strategy):
     keras.utils.set_random_seed(3)
     single = _build()
@@ -76,15 +87,10 @@ def test_two_replica_forward_backward_matches_one_device(strategy):
         optimizer = keras.optimizers.SGD(0.1)
         variables = _variables(mirrored)
         optimizer.build(variables)
-    for a, b in zip(single, mirrored):
-        if a is single[1]:
-            continue  # shares the discriminator's embeddings; its own weights are copied below
-        b.set_weights(a.get_weights())
-    shared = {id(v) for v in single[0].embeddings.weights}
-    for a, b in zip([v for v in single[1].weights if id(v) not in shared],
-                    [v for v in mirrored[1].weights if id(v) not in {id(w) for w in mirrored[0].embeddings.weights}]):
+    for a, b in zip(_unique_weights(single), _unique_weights(mirrored)):
         b.assign(a)
-    assert isinstance(mirrored[0].embeddings.word_embeddings.embeddings.value, tf.distribute.DistributedValues)
+    table = mirrored[0].embeddings.word_embeddings.embeddings
+    assert isinstance(table.value, tf.distribute.DistributedValues)
 
     batch = _batch()
     single_vars = _variables(single)

@@ -8,6 +8,7 @@ documented in electra_tf/modeling/encoder.py, so these tests also check that map
 
 import math
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -271,7 +272,8 @@ def test_discriminator_head_matches_official():
     head = DiscriminatorHead(h)
     seq = rng.normal(size=(2, 5, h))
     head(tf.constant(seq, tf.float32))
-    k1, b1, k2, b2 = rng.normal(0, 0.5, (h, h)), rng.normal(0, 0.5, h), rng.normal(size=(h, 1)), rng.normal(size=1)
+    k1, b1 = rng.normal(0, 0.5, (h, h)), rng.normal(0, 0.5, h)
+    k2, b2 = rng.normal(size=(h, 1)), rng.normal(size=1)
     for var, value in ((head.dense.kernel, k1), (head.dense.bias, b1), (head.dense_1.kernel, k2),
                        (head.dense_1.bias, b2)):
         var.assign(value.astype(np.float32))
@@ -290,7 +292,8 @@ def _run(encoder, inputs, training):
 def test_eval_is_deterministic_and_training_is_not(loaded):
     _, _, encoder = loaded
     inputs = as_inputs(*batch_with_padding(np.random.default_rng(2)))
-    eval_a, eval_b, default = _run(encoder, inputs, False), _run(encoder, inputs, False), _run(encoder, inputs, None)
+    eval_a, eval_b = _run(encoder, inputs, False), _run(encoder, inputs, False)
+    default = _run(encoder, inputs, None)
     np.testing.assert_array_equal(eval_a, eval_b)
     np.testing.assert_array_equal(eval_a, default)
     train_a, train_b = _run(encoder, inputs, True), _run(encoder, inputs, True)
@@ -328,3 +331,15 @@ def test_embedding_dropout_is_inverted_and_after_layer_norm():
     dropped = noisy == 0
     assert abs(dropped.mean() - 0.25) < 0.03  # 8192 draws: SE 0.005
     np.testing.assert_allclose(noisy[~dropped], clean[~dropped] / 0.75, rtol=1e-6)
+
+
+def test_seeded_construction_reproduces_weights_and_dropout():
+    inputs = as_inputs(*batch_with_padding(np.random.default_rng(2)))
+    runs = []
+    for _ in range(2):
+        keras.utils.set_random_seed(42)
+        encoder = ElectraEncoder(**CFG)
+        runs.append(([w.numpy() for w in encoder.weights], _run(encoder, inputs, True)))
+    for a, b in zip(runs[0][0], runs[1][0]):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])

@@ -1,6 +1,5 @@
 """Gumbel-max sampling by index and the discriminator input (checklist items 21, 22)."""
 
-import math
 
 import numpy as np
 import pytest
@@ -43,7 +42,8 @@ def test_sample_with_given_noise_matches_official_formula_exactly(temperature, w
     rng = np.random.default_rng(0)
     logits = rng.normal(size=(3, 4, 50)).astype(np.float32) * 3
     noise = sampling.gumbel_noise([3, 4, 50], _seeds(3)).numpy()
-    disallow = np.argmax(logits + noise, -1).astype(np.int32) if with_disallow else None  # bite
+    # disallow the id that would win otherwise, so the penalty decides every slot
+    disallow = np.argmax(logits / np.float32(temperature) + noise, -1).astype(np.int32) if with_disallow else None
     expected = _official_reference(logits, noise, temperature, disallow)
     got = sampling.sample_ids(tf.constant(logits), seeds=None, temperature=temperature,
                               disallow_ids=None if disallow is None else tf.constant(disallow),

@@ -46,12 +46,13 @@ import sys
 import time
 import traceback
 from datetime import datetime, timezone
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from electra_tf.data.corpus import CorpusError, CorpusFile, ReadStats, iter_line_batches, list_corpus_files
-from electra_tf.data.example_builder import ExampleBuilder, MIN_RANDOM_TARGET, PackedExample
+from electra_tf.data.corpus import (CorpusError, CorpusFile, ReadStats, iter_line_batches,
+                                    list_corpus_files)
+from electra_tf.data.example_builder import ExampleBuilder, PackedExample
 from electra_tf.data.tfrecord_io import (EVAL_PREFIX, FEATURE_NAMES, MANIFEST_FORMAT_VERSION,
                                          MANIFEST_NAME, TRAIN_PREFIX, ExampleSerializer, shard_name)
 from electra_tf.vocab import Vocab, VocabError, load_vocab
@@ -192,7 +193,8 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
             vocab_file = DEFAULT_VOCAB_FILE
     out, corpus = os.path.realpath(config.output_dir), os.path.realpath(corpus_dir)
     if out == corpus or out.startswith(corpus + os.sep):
-        raise BuildError(f"--output-dir {config.output_dir} must not be inside --corpus-dir {corpus_dir}")
+        raise BuildError(
+            f"--output-dir {config.output_dir} must not be inside --corpus-dir {corpus_dir}")
     if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
         raise BuildError(f"--output-dir {config.output_dir} exists and is not a directory")
     return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file)
@@ -226,10 +228,10 @@ class SplitStats:
             if field.name == "length_histogram":
                 continue
             setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
-        if len(self.length_histogram) < len(other.length_histogram):
-            self.length_histogram += [0] * (len(other.length_histogram) - len(self.length_histogram))
-        for i, c in enumerate(other.length_histogram):
-            self.length_histogram[i] += c
+        missing = len(other.length_histogram) - len(self.length_histogram)
+        self.length_histogram += [0] * max(0, missing)
+        for i, count in enumerate(other.length_histogram):
+            self.length_histogram[i] += count
 
 
 @dataclasses.dataclass
@@ -314,8 +316,8 @@ def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> d
         report: called with a cumulative progress snapshot at most every ~0.5 s.
 
     Returns:
-        A JSON-clean dict: read stats, per-split stats, token and [UNK] counts, and the example
-        count of every shard written.
+        A picklable dict: read stats, per-split stats, token and [UNK] counts, and the example
+        count of every shard written (by global shard index).
     """
     vocab = load_vocab(spec.vocab_file)
     if vocab.sha256 != spec.vocab_sha256:
@@ -377,7 +379,8 @@ def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> d
                     report(snapshot())
                     last_report = now
         except OSError as e:
-            raise BuildError(f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
+            raise BuildError(
+                f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
         if split is not None:  # the end of a file always ends a document
             example = builders[split].end_document()
             if example:
@@ -484,59 +487,26 @@ def _versions() -> dict:
             return "not installed"
 
     electra_tf_version = version("electra-tf")
-    if electra_tf_version == "not installed":
+    if electra_tf_version == "not installed":  # running from a source checkout
         electra_tf_version = _source_tree_version()
     return {"python": platform.python_version(), "tensorflow": version("tensorflow"),
             "tensorflow-text": version("tensorflow-text"), "electra_tf": electra_tf_version}
 
 
 def _source_tree_version() -> str:
-    pyproject = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "pyproject.toml")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        with open(pyproject, encoding="utf-8") as f:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
             match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.MULTILINE)
         return match.group(1) if match else "unknown"
     except OSError:
         return "unknown"
 
 
-def _finalize_shards(output_dir: str, prefix: str, counts: Dict[int, int],
-                     temp_paths: Dict[int, str]) -> List[dict]:
-    """Renames non-empty temporary shards to consecutive final names; returns manifest entries."""
-    nonempty = [i for i in sorted(counts) if counts[i] > 0]
-    entries = []
-    for k, i in enumerate(nonempty):
-        name = shard_name(prefix, k, len(nonempty))
-        os.replace(temp_paths[i], os.path.join(output_dir, name))
-        entries.append({"file": name, "examples": counts[i],
-                        "bytes": os.path.getsize(os.path.join(output_dir, name))})
-    return entries
-
-
-def _remove_previous_dataset(output_dir: str, keep: Sequence[str]) -> int:
-    """Deletes a previous build's manifest, shards and leftover temporary files.
-
-    Only files with the builder's own names are touched; `keep` (this build's temporary shards)
-    survives.
-    """
-    keep = {os.path.basename(path) for path in keep}
-    removed = 0
-    for name in sorted(os.listdir(output_dir)):
-        if name in keep:
-            continue
-        if name == MANIFEST_NAME or _OUR_FILES.match(name) or name.startswith(_TMP_PREFIX):
-            path = os.path.join(output_dir, name)
-            if os.path.isfile(path) or os.path.islink(path):
-                os.remove(path)
-                removed += 1
-    return removed
-
-
 def _write_json_atomic(path: str, data: dict) -> None:
     tmp = os.path.join(os.path.dirname(path), _TMP_PREFIX + os.path.basename(path))
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=False)
+        json.dump(data, f, indent=2)
         f.write("\n")
     os.replace(tmp, path)
 
@@ -552,8 +522,8 @@ def _fetch_default_data_if_needed() -> None:
 def _learn_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     if os.path.exists(config.vocab_file) and not config.overwrite:
         raise BuildError(
-            f"vocab file {config.vocab_file} exists; pass --overwrite to replace it with a learned "
-            f"vocab, or give another path with --vocab-file")
+            f"vocab file {config.vocab_file} exists; pass --overwrite to replace it with a "
+            f"learned vocab, or give another path with --vocab-file")
     from electra_tf.data.vocab_learning import learn_vocab
 
     parent = os.path.dirname(config.vocab_file)
@@ -563,6 +533,34 @@ def _learn_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
                 config.learn_vocab, len(files), config.vocab_file)
     learn_vocab([f.path for f in files], config.learn_vocab, config.vocab_file,
                 do_lower_case=config.do_lower_case, strip_accents=config.strip_accents)
+
+
+class _Plan(NamedTuple):
+    """How the work is split: jobs and the temporary path of every shard (by global index)."""
+
+    num_jobs: int
+    num_out_files: int
+    num_eval_files: int
+    train_tmp: Dict[int, str]
+    eval_tmp: Dict[int, str]
+
+    def temp_paths(self) -> List[str]:
+        return list(self.train_tmp.values()) + list(self.eval_tmp.values())
+
+
+def _plan(config: BuildConfig, files: Sequence[CorpusFile], corpus_bytes: int) -> _Plan:
+    num_jobs = min(config.num_processes, sum(1 for f in files if f.size > 0))
+    num_out = config.num_out_files or default_num_out_files(corpus_bytes, num_jobs)
+    if num_out < num_jobs:
+        logger.info("using %d processes: each needs a shard of its own (--num-out-files %d)",
+                    num_out, num_out)
+        num_jobs = num_out
+    num_eval = num_eval_files(num_out, config.eval_fraction, num_jobs)
+    # The pid keeps two builds into one directory from writing the same temporary file.
+    prefix = os.path.join(config.output_dir, f"{_TMP_PREFIX}{os.getpid()}-")
+    return _Plan(num_jobs, num_out, num_eval,
+                 {i: prefix + shard_name(TRAIN_PREFIX, i, num_out) for i in range(num_out)},
+                 {i: prefix + shard_name(EVAL_PREFIX, i, num_eval) for i in range(num_eval)})
 
 
 def build_dataset(config: BuildConfig) -> dict:
@@ -592,100 +590,137 @@ def build_dataset(config: BuildConfig) -> dict:
         _learn_vocab(config, files)
     vocab = load_vocab(config.vocab_file)
 
-    num_jobs = min(config.num_processes, sum(1 for f in files if f.size > 0))
-    num_out = config.num_out_files or default_num_out_files(corpus_bytes, num_jobs)
-    if num_out < num_jobs:
-        logger.info("using %d processes: each needs a shard of its own (--num-out-files %d)",
-                    num_out, num_out)
-        num_jobs = num_out
-    num_eval = num_eval_files(num_out, config.eval_fraction, num_jobs)
-    output_dir = config.output_dir
-    created_dir = not os.path.isdir(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    token = f"{os.getpid()}-"
-    train_tmp = {i: os.path.join(output_dir, f"{_TMP_PREFIX}{token}{shard_name(TRAIN_PREFIX, i, num_out)}")
-                 for i in range(num_out)}
-    eval_tmp = {i: os.path.join(output_dir, f"{_TMP_PREFIX}{token}{shard_name(EVAL_PREFIX, i, num_eval)}")
-                for i in range(num_eval)}
+    plan = _plan(config, files, corpus_bytes)
     specs = [
         JobSpec(job_index=j, files=job_files, vocab_file=config.vocab_file,
                 vocab_sha256=vocab.sha256, max_seq_length=config.max_seq_length,
                 blanks_separate_docs=config.blanks_separate_docs,
                 do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
                 seed=config.seed, eval_fraction=config.eval_fraction,
-                train_shards={i: p for i, p in train_tmp.items() if i % num_jobs == j},
-                eval_shards={i: p for i, p in eval_tmp.items() if i % num_jobs == j})
-        for j, job_files in enumerate(assign_files(files, num_jobs, config.seed))
+                train_shards={i: p for i, p in plan.train_tmp.items() if i % plan.num_jobs == j},
+                eval_shards={i: p for i, p in plan.eval_tmp.items() if i % plan.num_jobs == j})
+        for j, job_files in enumerate(assign_files(files, plan.num_jobs, config.seed))
     ]
     logger.info("building from %d files (%.1f MB) in %s with %d process(es) into %s",
-                len(files), corpus_bytes / 1e6, config.corpus_dir, num_jobs, output_dir)
-    temp_paths = list(train_tmp.values()) + list(eval_tmp.values())
+                len(files), corpus_bytes / 1e6, config.corpus_dir, plan.num_jobs,
+                config.output_dir)
+    created_dir = not os.path.isdir(config.output_dir)
+    os.makedirs(config.output_dir, exist_ok=True)
     try:
         results = _run_jobs(specs, _Progress(len(files), config.progress_interval, start))
-        manifest = _assemble(config, vocab, files, results, num_jobs, num_out, num_eval,
-                             train_tmp, eval_tmp, started_at, start)
+        totals = _merge_results(results, config.max_seq_length)
+        if totals.splits["train"].examples == 0:
+            raise BuildError(
+                f"no training examples: the corpus in {config.corpus_dir} has no tokenizable "
+                f"text" + (" outside the held-out documents" if totals.splits["eval"].examples
+                           else ""))
+        shards = _install_shards(config, plan, totals.shard_counts)
     except BaseException:
-        for path in temp_paths:
+        for path in plan.temp_paths():
             if os.path.exists(path):
                 os.remove(path)
-        if created_dir and not os.listdir(output_dir):
-            os.rmdir(output_dir)
+        if created_dir and not os.listdir(config.output_dir):
+            os.rmdir(config.output_dir)
         raise
+    manifest = _manifest(config, vocab, len(files), plan, totals, shards, started_at,
+                         time.monotonic() - start)
+    _write_json_atomic(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
+    train, evals = manifest["splits"]["train"], manifest["splits"]["eval"]
     logger.info(
         "done: %d train examples in %d shards, %d eval examples in %d shards, %d documents, "
-        "%d tokens, %.0f tokens/s, %.1f s -> %s",
-        manifest["splits"]["train"]["examples"], len(manifest["splits"]["train"]["shards"]),
-        manifest["splits"]["eval"]["examples"], len(manifest["splits"]["eval"]["shards"]),
-        manifest["counts"]["documents"], manifest["counts"]["tokenized_tokens"],
-        manifest["throughput"]["tokens_per_second"], manifest["elapsed_seconds"],
-        os.path.join(output_dir, MANIFEST_NAME))
+        "%d tokens in %.1f s (%.0f tokens/s) -> %s", train["examples"], len(train["shards"]),
+        evals["examples"], len(evals["shards"]), manifest["counts"]["documents"],
+        manifest["counts"]["tokenized_tokens"], manifest["elapsed_seconds"],
+        manifest["throughput"]["tokens_per_second"],
+        os.path.join(config.output_dir, MANIFEST_NAME))
     return manifest
 
 
-def _assemble(config, vocab, files, results, num_jobs, num_out, num_eval, train_tmp, eval_tmp,
-              started_at, start) -> dict:
-    """Checks the results, swaps the new shards in and writes the manifest (last)."""
+class _Totals(NamedTuple):
+    read: ReadStats
+    splits: Dict[str, SplitStats]
+    shard_counts: Dict[str, Dict[int, int]]  # split -> global shard index -> examples
+    tokenized_tokens: int
+    unk_tokens: int
+
+
+def _merge_results(results: Sequence[dict], max_seq_length: int) -> _Totals:
     read = ReadStats()
-    num_buckets = math.ceil(config.max_seq_length / HISTOGRAM_BUCKET_WIDTH)
+    num_buckets = math.ceil(max_seq_length / HISTOGRAM_BUCKET_WIDTH)
     splits = {s: SplitStats(length_histogram=[0] * num_buckets) for s in ("train", "eval")}
     shard_counts: Dict[str, Dict[int, int]] = {"train": {}, "eval": {}}
-    tokenized = unk = 0
     for result in results:
         read.add(ReadStats(**result["read"]))
         for split in splits:
             splits[split].add(SplitStats(**result["splits"][split]))
-            shard_counts[split].update({int(i): c for i, c in result["shard_counts"].get(split, {}).items()})
-        tokenized += result["tokenized_tokens"]
-        unk += result["unk_tokens"]
-    if splits["train"].examples == 0:
-        raise BuildError(
-            f"no training examples: the corpus in {config.corpus_dir} has no tokenizable text"
-            + (" outside the held-out documents" if splits["eval"].examples else ""))
+            shard_counts[split].update(result["shard_counts"].get(split, {}))
+    return _Totals(read, splits, shard_counts, sum(r["tokenized_tokens"] for r in results),
+                   sum(r["unk_tokens"] for r in results))
 
+
+def _install_shards(config: BuildConfig, plan: _Plan,
+                    shard_counts: Dict[str, Dict[int, int]]) -> Dict[str, List[dict]]:
+    """Replaces the previous dataset (with overwrite) by the new shards; returns their entries.
+
+    Non-empty temporary shards are renamed to consecutive final names; empty ones were never
+    created (writers open on first write).
+    """
     output_dir = config.output_dir
     if config.overwrite:
-        removed = _remove_previous_dataset(
-            output_dir, keep=list(train_tmp.values()) + list(eval_tmp.values()))
+        removed = _remove_previous_dataset(output_dir, keep=plan.temp_paths())
         if removed:
-            logger.info("--overwrite: removed %d files of the previous dataset in %s", removed, output_dir)
-    train_shards = _finalize_shards(output_dir, TRAIN_PREFIX, shard_counts["train"], train_tmp)
-    eval_shards = _finalize_shards(output_dir, EVAL_PREFIX, shard_counts["eval"], eval_tmp)
-    for path in list(train_tmp.values()) + list(eval_tmp.values()):
-        if os.path.exists(path):  # opened but empty cannot happen; kept for safety
-            os.remove(path)
+            logger.info("--overwrite: removed %d files of the previous dataset in %s", removed,
+                        output_dir)
+    entries = {}
+    for split, prefix, temp in (("train", TRAIN_PREFIX, plan.train_tmp),
+                                ("eval", EVAL_PREFIX, plan.eval_tmp)):
+        counts = shard_counts[split]
+        nonempty = [i for i in sorted(counts) if counts[i] > 0]
+        entries[split] = []
+        for k, i in enumerate(nonempty):
+            name = shard_name(prefix, k, len(nonempty))
+            path = os.path.join(output_dir, name)
+            os.replace(temp[i], path)
+            entries[split].append({"file": name, "examples": counts[i],
+                                   "bytes": os.path.getsize(path)})
+    return entries
 
-    elapsed = time.monotonic() - start
-    total = SplitStats(length_histogram=[0] * num_buckets)
-    for s in splits.values():
-        total.add(s)
 
-    def split_entry(stats: SplitStats, shards: List[dict]) -> dict:
-        entry = dataclasses.asdict(stats)
-        entry["single_segment_fraction"] = stats.single_segment / max(stats.examples, 1)
-        entry["shards"] = shards
+def _remove_previous_dataset(output_dir: str, keep: Sequence[str]) -> int:
+    """Deletes a previous build's manifest, shards and leftover temporary files.
+
+    Only files with the builder's own names are touched; `keep` (this build's temporary shards)
+    survives.
+    """
+    keep = {os.path.basename(path) for path in keep}
+    removed = 0
+    for name in sorted(os.listdir(output_dir)):
+        if name in keep:
+            continue
+        if name == MANIFEST_NAME or _OUR_FILES.match(name) or name.startswith(_TMP_PREFIX):
+            path = os.path.join(output_dir, name)
+            if os.path.isfile(path) or os.path.islink(path):
+                os.remove(path)
+                removed += 1
+    return removed
+
+
+def _manifest(config: BuildConfig, vocab: Vocab, num_files: int, plan: _Plan, totals: _Totals,
+              shards: Dict[str, List[dict]], started_at: datetime, elapsed: float) -> dict:
+    splits, read = totals.splits, totals.read
+    total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
+    for stats in splits.values():
+        total.add(stats)
+
+    def split_entry(split: str) -> dict:
+        entry = dataclasses.asdict(splits[split])
+        entry["single_segment_fraction"] = splits[split].single_segment / max(
+            splits[split].examples, 1)
+        entry["shards"] = shards[split]
         return entry
 
-    manifest = {
+    per_second = 1.0 / max(elapsed, 1e-9)
+    return {
         "format_version": MANIFEST_FORMAT_VERSION,
         "features": {name: ["int64", config.max_seq_length] for name in FEATURE_NAMES},
         "max_seq_length": config.max_seq_length,
@@ -698,23 +733,22 @@ def _assemble(config, vocab, files, results, num_jobs, num_out, num_eval, train_
         "seed": config.seed,
         "eval_fraction": config.eval_fraction,
         "corpus_dir": config.corpus_dir,
-        "num_processes": num_jobs,
-        "num_out_files_requested": num_out,
-        "num_eval_files_requested": num_eval,
-        "splits": {"train": split_entry(splits["train"], train_shards),
-                   "eval": split_entry(splits["eval"], eval_shards)},
+        "num_processes": plan.num_jobs,
+        "num_out_files_requested": plan.num_out_files,
+        "num_eval_files_requested": plan.num_eval_files,
+        "splits": {"train": split_entry("train"), "eval": split_entry("eval")},
         "counts": {
-            "files": len(files),
+            "files": num_files,
             "corpus_bytes": read.bytes_read,
             "documents": total.documents,
             "sentences": total.sentences,
             "lines": read.lines,
             "blank_lines": read.blank_lines,
             "examples": total.examples,
-            "tokenized_tokens": tokenized,
+            "tokenized_tokens": totals.tokenized_tokens,
             "example_tokens": total.tokens,
-            "unk_tokens": unk,
-            "unk_rate": unk / max(tokenized, 1),
+            "unk_tokens": totals.unk_tokens,
+            "unk_rate": totals.unk_tokens / max(totals.tokenized_tokens, 1),
             "truncated_tokens": total.truncated_tokens,
             "undecodable_bytes": read.undecodable_bytes,
             "nul_bytes": read.nul_bytes,
@@ -722,7 +756,8 @@ def _assemble(config, vocab, files, results, num_jobs, num_out, num_eval, train_
             "bom_files": read.bom_files,
             "lines_split": read.lines_split,
         },
-        "length_histogram": {"bucket_width": HISTOGRAM_BUCKET_WIDTH, "counts": total.length_histogram},
+        "length_histogram": {"bucket_width": HISTOGRAM_BUCKET_WIDTH,
+                             "counts": total.length_histogram},
         "single_segment_fraction": total.single_segment / max(total.examples, 1),
         "command": config.command,
         "versions": _versions(),
@@ -730,13 +765,11 @@ def _assemble(config, vocab, files, results, num_jobs, num_out, num_eval, train_
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_seconds": round(elapsed, 3),
         "throughput": {
-            "tokens_per_second": round(tokenized / max(elapsed, 1e-9), 1),
-            "examples_per_second": round(total.examples / max(elapsed, 1e-9), 1),
-            "megabytes_per_second": round(read.bytes_read / 1e6 / max(elapsed, 1e-9), 3),
+            "tokens_per_second": round(totals.tokenized_tokens * per_second, 1),
+            "examples_per_second": round(total.examples * per_second, 1),
+            "megabytes_per_second": round(read.bytes_read / 1e6 * per_second, 3),
         },
     }
-    _write_json_atomic(os.path.join(output_dir, MANIFEST_NAME), manifest)
-    return manifest
 
 
 def format_command(argv: Sequence[str]) -> str:

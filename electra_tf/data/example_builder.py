@@ -17,7 +17,8 @@ tests can script the draws. The behaviour, quirks included, is section 1.3 of
   under target, and a 0.5 draw says so. (b) is checked for every sentence, so a short sentence
   after one placed in the second segment can still join the first (official reorder quirk,
   google-research/electra issue #20).
-* Truncation uses `max_length`: first[:max_length - 2], second[:max(0, max_length - len(first) - 3)].
+* Truncation uses `max_length`: first[:max_length - 2], then
+  second[:max(0, max_length - len(first) - 3)].
 * After each example, the next target is `randint(5, max_length)` with probability 0.05, else
   `max_length`.
 

@@ -8,7 +8,7 @@ which computes exactly the official block (spec section 7):
     a = LN(dropout(Dense_H(attention(x))) + x);  out = LN(dropout(Dense_H(gelu(Dense_I(a)))) + a)
 with separate Q/K/V projections with bias, scores / sqrt(head_size), softmax, dropout on the
 attention probabilities, LayerNorm epsilon 1e-12 and the exact (erf) GELU. The tests check it
-numerically against an independent plain-TF implementation of the official block.
+numerically against an independent float64 numpy transcription of the official block.
 
 Where keras-hub differs from the official code, and what this module does about it:
 - One dropout rate for the attention probabilities and the residual branches. The official config
@@ -24,21 +24,24 @@ Where keras-hub differs from the official code, and what this module does about 
   contains ([CLS] is always real).
 - keras-hub fixes the sublayer names and stores Q/K/V kernels as [H, heads, head_size] and the
   attention output kernel as [heads, head_size, H] (EinsumDense). The mapping to the official
-  checkpoint names of spec 5.9 is mechanical (`encoder/` -> encoder's own name; reshape kernels):
-      {enc}/layer_{i}/self_attention_layer/{query,key,value}/kernel [H,n,d] <- .../attention/self/{query,key,value}/kernel [H,H]
-      {enc}/layer_{i}/self_attention_layer/{query,key,value}/bias   [n,d]   <- .../attention/self/{query,key,value}/bias [H]
-      {enc}/layer_{i}/self_attention_layer/attention_output/kernel  [n,d,H] <- .../attention/output/dense/kernel [H,H]
-      {enc}/layer_{i}/self_attention_layer/attention_output/bias    [H]     <- .../attention/output/dense/bias
-      {enc}/layer_{i}/self_attention_layer_norm/{gamma,beta}                 <- .../attention/output/LayerNorm/{gamma,beta}
-      {enc}/layer_{i}/feedforward_intermediate_dense/{kernel,bias}           <- .../intermediate/dense/{kernel,bias}
-      {enc}/layer_{i}/feedforward_output_dense/{kernel,bias}                 <- .../output/dense/{kernel,bias}
-      {enc}/layer_{i}/feedforward_layer_norm/{gamma,beta}                    <- .../output/LayerNorm/{gamma,beta}
-      {enc}/embeddings_project/{kernel,bias}                                 <- same
-      {enc}/embeddings/...  (see embeddings.py; the generator's shared block keeps the
-                             discriminator's paths, "electra/embeddings/...", as official)
-  where official `.../` is `{scope}/encoder/layer_{i}/`.
+  checkpoint names of spec 5.9 is mechanical: keras `{enc}/layer_{i}/X` <- official
+  `{scope}/encoder/layer_{i}/Y` (reshape the attention kernels and Q/K/V biases), with X <- Y:
+      self_attention_layer/{query,key,value}/{kernel,bias}  <- attention/self/{query,key,value}/...
+      self_attention_layer/attention_output/{kernel,bias}   <- attention/output/dense/...
+      self_attention_layer_norm/{gamma,beta}                <- attention/output/LayerNorm/...
+      feedforward_intermediate_dense/{kernel,bias}          <- intermediate/dense/...
+      feedforward_output_dense/{kernel,bias}                <- output/dense/...
+      feedforward_layer_norm/{gamma,beta}                   <- output/LayerNorm/...
+  `{enc}/embeddings_project/{kernel,bias}` keeps the official name, and the shared block keeps
+  the discriminator's paths, "electra/embeddings/...", in both encoders, as official (see
+  embeddings.py). tests/test_modeling_reference.py loads official-layout weights this way.
 - Under mixed_bfloat16 the attention softmax runs in bfloat16 (keras' choice); LayerNorm always
   computes in float32.
+
+Randomness: every keras Dropout layer owns a seed generator whose seed is drawn from Python's
+`random` when the layer is constructed, so call `keras.utils.set_random_seed(seed)` before building
+for reproducible dropout. Its state is not part of tf.train.Checkpoint, and under
+MirroredStrategy both replicas start from the same state (so they draw the same masks).
 
 Not needed from keras-hub: `ElectraBackbone` adds a tanh pooler and uses the tanh-approximate GELU,
 so it does not match; this encoder has no pooler (pooled_output = sequence_output[:, 0]).

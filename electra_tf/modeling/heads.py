@@ -21,9 +21,10 @@ Variable paths (default names = official scopes):
     discriminator_predictions/dense/{kernel [H, H], bias [H]}
     discriminator_predictions/dense_1/{kernel [H, 1], bias [1]}
 
-Both heads return float32 logits whatever the dtype policy: the matmuls run in the compute dtype
-(bfloat16 under mixed_bfloat16) and the result is cast before the bias is added, because the
-logits feed softmax / sigmoid losses and the generator's sampling.
+Both heads return float32 logits whatever the dtype policy, because the logits feed softmax /
+sigmoid losses and the generator's sampling: the matmuls run in the compute dtype (bfloat16 under
+mixed_bfloat16) and are cast to float32; the generator's [V] output_bias is kept and added in
+float32.
 """
 
 from __future__ import annotations

@@ -30,10 +30,6 @@ from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, seeds, tensor_ops
 from electra_tf.vocab import SpecialTokens
 
-# Salts separating the random streams drawn from one step seed.
-MASKING_SALT = 1
-SAMPLING_SALT = 2
-
 # Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
 # conversion can map names mechanically.
 DISCRIMINATOR_NAME = "electra"
@@ -186,7 +182,7 @@ class ElectraPretrainer(keras.Model):
         masked = masking.mask_inputs(
             input_ids, input_mask, segment_ids, special=self._special, mask_prob=self.mask_prob,
             max_predictions_per_seq=self.max_predictions_per_seq,
-            seeds=seeds.example_seeds(seed, offset, batch_size, salt=MASKING_SALT),
+            seeds=seeds.example_seeds(seed, offset, batch_size, salt=seeds.MASKING_SALT),
             with_replacement=self.mask_with_replacement)
         mlm_logits = self._mlm_logits(masked, training)
         mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights)
@@ -196,7 +192,7 @@ class ElectraPretrainer(keras.Model):
         if self.electra_objective:
             fake = sampling.make_fake_inputs(
                 masked, mlm_logits,
-                seeds=seeds.example_seeds(seed, offset, batch_size, salt=SAMPLING_SALT),
+                seeds=seeds.example_seeds(seed, offset, batch_size, salt=seeds.SAMPLING_SALT),
                 temperature=self.temperature, disallow_correct=self.disallow_correct)
             hidden = self.discriminator(
                 {"input_ids": fake.input_ids, "input_mask": input_mask, "segment_ids": segment_ids},

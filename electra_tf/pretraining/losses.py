@@ -114,8 +114,10 @@ def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTD
     """
     logits = tf.cast(logits, tf.float32)
     weights = tf.cast(input_mask, tf.float32)
-    losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(labels, tf.float32), logits=logits) * weights
-    per_example_loss = tf.reduce_sum(losses, axis=-1) / (tf.reduce_sum(weights, axis=-1) + LOSS_DENOMINATOR_EPS)
+    losses = weights * tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.float32), logits=logits)
+    per_example_loss = tf.reduce_sum(losses, axis=-1) / (
+        tf.reduce_sum(weights, axis=-1) + LOSS_DENOMINATOR_EPS)
     denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
     loss = tf.reduce_sum(losses) / denominator
     probs = tf.sigmoid(logits)

@@ -12,6 +12,12 @@ Seed derivation: `example_seeds(seed, first, B, salt)[i]` equals
 TensorFlow-recommended way to derive independent streams, vectorised over the batch. The caller
 should fold the training step into `seed` first (`stateless_fold_in(base_seed, step)`), so that
 every step draws fresh masks.
+
+Practical notes: the per-example loops (`map_examples`) are graph loops, so call the objective
+functions inside `tf.function` (eagerly a `tf.map_fn` runs a Python loop, ~10 ms per example).
+Draws are reproducible for a fixed seed within one execution mode; an XLA-compiled
+(`jit_compile=True`) function draws different (equally valid) bits than the TensorFlow kernels,
+because XLA implements the stateless Philox ops itself.
 """
 
 from __future__ import annotations

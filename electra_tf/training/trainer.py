@@ -16,6 +16,8 @@ exactly what an uninterrupted one would.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import os
@@ -24,15 +26,16 @@ import time
 from typing import Dict, Optional
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.data import pipeline
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import optimization
 from electra_tf.training.strategy import get_strategy, is_chief
-from electra_tf.vocab import load_vocab
+from electra_tf.vocab import file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
 
@@ -46,6 +49,11 @@ STRUCTURAL_HPARAMS = (
     "electra_objective", "uniform_generator", "untied_generator", "untied_generator_embeddings",
     "generator_layers", "generator_hidden_size", "debug",
 )
+# Keys every saved config.json has: how `--overwrite` recognises a run directory it may delete.
+_RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
+# Directory (inside model_dir) where a non-chief worker keeps its own checkpoints: its data
+# iterator position differs from the chief's, so it needs its own to resume exactly.
+WORKER_CHECKPOINT_DIR = "workers"
 # Seed stream for evaluation masks, kept apart from the training steps' streams.
 EVAL_SEED_OFFSET = 1 << 40
 
@@ -59,27 +67,32 @@ class TrainingError(RuntimeError):
 # ------------------------------------------------------------------------------------------------
 def prepare_model_dir(config: PretrainingConfig, vocab_path: str, vocab_sha256: str,
                       write: bool) -> None:
-    """Creates the model dir, or checks an existing run is compatible; writes config + vocab.
+    """Checks an existing run in `config.model_dir` is compatible; creates/updates it if `write`.
+
+    Writes the resolved config as `config.json` (before step 0, and again on every resume, so it
+    shows the current `num_train_steps`) and a copy of the vocab, which later runs compare with.
 
     Raises:
         TrainingError: the directory holds a run with other structural hparams or another vocab.
     """
     config_path = os.path.join(config.model_dir, CONFIG_NAME)
     if os.path.exists(config_path):
-        previous = PretrainingConfig.load(config_path)
+        try:
+            previous = PretrainingConfig.load(config_path)
+        except (ConfigError, TypeError) as e:
+            raise TrainingError(f"{config_path} is not a readable electra-tf config ({e}); use "
+                                "another --model-name, or --overwrite to start afresh") from None
         for key in STRUCTURAL_HPARAMS:
             old, new = getattr(previous, key), getattr(config, key)
             if old != new:
                 raise TrainingError(
                     f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
-                    "Use another --model-name, or --overwrite to start afresh")
+                    "Use the run's hparams, another --model-name, or --overwrite to start afresh")
         saved_vocab = os.path.join(config.model_dir, VOCAB_NAME)
-        if os.path.exists(saved_vocab):
-            from electra_tf.vocab import file_sha256
-            if file_sha256(saved_vocab) != vocab_sha256:
-                raise TrainingError(
-                    f"{config.model_dir} was trained with the vocab saved as {saved_vocab}, which "
-                    f"differs from {vocab_path}")
+        if os.path.exists(saved_vocab) and file_sha256(saved_vocab) != vocab_sha256:
+            raise TrainingError(
+                f"{config.model_dir} was trained with the vocab saved as {saved_vocab}, which "
+                f"differs from {vocab_path}; use that vocab, another --model-name, or --overwrite")
     if write:
         os.makedirs(config.model_dir, exist_ok=True)
         config.save(config_path)
@@ -89,15 +102,51 @@ def prepare_model_dir(config: PretrainingConfig, vocab_path: str, vocab_sha256: 
             os.replace(saved_vocab + ".tmp", saved_vocab)
 
 
-def remove_run(model_dir: str) -> None:
-    """Deletes a previous run's directory (`--overwrite`), refusing one that is not a run."""
+def is_run_dir(model_dir: str) -> bool:
+    """True if `model_dir` holds an electra-tf run (a `config.json` this project wrote)."""
+    try:
+        with open(os.path.join(model_dir, CONFIG_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(saved, dict) and all(k in saved for k in _RUN_MARKER_KEYS)
+
+
+def remove_run(model_dir: str) -> bool:
+    """Deletes a previous run's directory (`--overwrite`), refusing one that is not a run.
+
+    Returns:
+        True if a directory was deleted.
+
+    Raises:
+        TrainingError: `model_dir` is not empty and holds no electra-tf `config.json` (it may be
+            user data: nothing is deleted).
+    """
     if not os.path.isdir(model_dir):
-        return
-    ours = {CONFIG_NAME, VOCAB_NAME, "checkpoint"}
-    if not ours & set(os.listdir(model_dir)) and os.listdir(model_dir):
+        if os.path.exists(model_dir):
+            raise TrainingError(f"refusing to overwrite {model_dir}: it is a file, not a run directory")
+        return False
+    if os.listdir(model_dir) and not is_run_dir(model_dir):
         raise TrainingError(f"refusing to delete {model_dir}: it does not look like an electra-tf "
-                            f"run directory (no {CONFIG_NAME} or checkpoint)")
+                            f"run directory (no {CONFIG_NAME} written by run_pretraining.py)")
     shutil.rmtree(model_dir)
+    logger.info("--overwrite: deleted the previous run in %s", model_dir)
+    return True
+
+
+def weights_fingerprint(variables) -> str:
+    """sha256 over the variables' paths, dtypes, shapes and bytes, in the given (fixed) order.
+
+    Two runs with this fingerprint equal hold bit-identical weights (used to check that workers
+    end identical and that a resumed run equals an uninterrupted one).
+    """
+    digest = hashlib.sha256()
+    for variable in variables:
+        value = np.asarray(variable.numpy())
+        name = getattr(variable, "path", None) or variable.name
+        digest.update(f"{name}|{value.dtype.str}|{value.shape}|".encode("utf-8"))
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -106,22 +155,51 @@ def remove_run(model_dir: str) -> None:
 class Trainer:
     """Holds the strategy, model, optimizer and checkpoint of one run.
 
+    Construction checks everything that can be wrong with the inputs (vocab, datasets, batch
+    split, an existing run's compatibility) before anything is written, then builds the model
+    under the strategy and restores the latest checkpoint if there is one.
+
     Args:
         config: a resolved PretrainingConfig.
         strategy: optional tf.distribute.Strategy; by default from `config.strategy`.
+        overwrite: delete an existing run in `config.model_dir` first (after the checks pass);
+            refuses a directory that is not a run (see `remove_run`).
+
+    Raises:
+        TrainingError, DataError, VocabError, StrategyError: bad inputs, one-line messages.
     """
 
-    def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None):
+    def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
+                 overwrite: bool = False):
         self.config = config
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                                  config.gcp_project)
         self.chief = is_chief(self.strategy)
-        keras.mixed_precision.set_global_policy(config.mixed_precision)
         self.vocab = load_vocab(config.vocab_file)
         if self.vocab.size > config.vocab_size:
             raise TrainingError(f"{config.vocab_file} has {self.vocab.size} tokens but vocab_size is "
                                 f"{config.vocab_size}: set the vocab_size hparam to {self.vocab.size}")
-        prepare_model_dir(config, config.vocab_file, self.vocab.sha256, write=self.chief)
+        replicas = self.strategy.num_replicas_in_sync
+        for key in ("train_batch_size", "eval_batch_size"):
+            if getattr(config, key) % replicas:
+                raise TrainingError(f"{key}={getattr(config, key)} (the global batch) is not a "
+                                    f"multiple of the {replicas} replicas in sync")
+        # Data checks before anything is written or deleted.
+        self.dataset_summaries = {}
+        if config.do_train:
+            self.dataset_summaries["train"] = pipeline.validate_dataset(
+                config.pretrain_tfrecords, max_seq_length=config.max_seq_length,
+                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="train")
+        if config.do_eval:
+            self.dataset_summaries["eval"] = pipeline.validate_dataset(
+                config.eval_tfrecords, max_seq_length=config.max_seq_length,
+                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="eval")
+        if overwrite and self.chief:
+            remove_run(config.model_dir)
+        # An eval- or export-only run reads the run's checkpoint and leaves its config alone.
+        prepare_model_dir(config, config.vocab_file, self.vocab.sha256,
+                          write=self.chief and config.do_train)
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
         keras.utils.set_random_seed(config.seed)  # weight init and dropout
 
         with self.strategy.scope():
@@ -149,16 +227,35 @@ class Trainer:
             step_counter=self.optimizer.iterations, checkpoint_interval=None)
         self.restored_from = None
         if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-            self.restored_from = self.manager.latest_checkpoint
-            logger.info("restored %s (step %d)", self.restored_from, self.step)
+            self._restore(self.manager.latest_checkpoint)
+        elif not config.do_train:
+            raise TrainingError(f"no checkpoint in {self._checkpoint_dir()} to "
+                                f"{'evaluate' if config.do_eval else 'export'}: train first "
+                                "(do_train) or check --data-dir / --model-name")
+
+    def _restore(self, path: str) -> None:
+        try:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TrainingError(
+                f"cannot resume from {path}: it does not match this run's model, optimizer or "
+                f"input pipeline ({first_line[:300]}). Use the run's hparams, another "
+                "--model-name, or --overwrite to start afresh") from None
+        self.restored_from = path
+        logger.info("restored %s (step %d)", path, self.step)
 
     def _checkpoint_dir(self) -> str:
         if self.chief:
             return self.config.model_dir
-        # Non-chief workers must save too (the save is collective), to a private dir.
+        # Every worker saves (the save is collective). A non-chief keeps its own checkpoints (same
+        # weights, but its own data position) in a private directory, to resume exactly.
         task_id = self.strategy.cluster_resolver.task_id
-        return os.path.join(self.config.model_dir, f".worker_{task_id}")
+        return os.path.join(self.config.model_dir, WORKER_CHECKPOINT_DIR, f"worker_{task_id}")
+
+    def weights_fingerprint(self) -> str:
+        """sha256 of the model's weights (trainable and not), in the model's fixed order."""
+        return weights_fingerprint(self.model.weights)
 
     @property
     def step(self) -> int:
@@ -238,7 +335,7 @@ class Trainer:
         iterator = self.train_iterator
         train_loop = self._make_train_loop()
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
-        if self.chief and start_step == 0:
+        if start_step == 0:
             self._save()  # step-0 checkpoint: a crash in the first loop loses nothing
         logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
                     config.num_train_steps, config.train_batch_size,
@@ -278,15 +375,23 @@ class Trainer:
             self._log_progress(scalars, run_start, run_start_step)
             if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
                 self._save()
-        logger.info("training done: step %d, %.1f s", self.step, time.time() - run_start)
+        if writer is not None:
+            writer.close()
+        elapsed = time.time() - run_start
+        if self.chief:
+            logger.info(
+                "training done: steps %d-%d in %s (%.1f ex/s incl. compilation); last loop: loss "
+                "%.4f mlm %.4f disc %.4f; checkpoint %s", start_step, self.step,
+                _format_seconds(elapsed),
+                (self.step - start_step) * config.train_batch_size / max(elapsed, 1e-9),
+                scalars["total_loss"], scalars["masked_lm_loss"], scalars["disc_loss"],
+                self.manager.latest_checkpoint)
         return scalars
 
     def _save(self) -> None:
         path = self.manager.save(checkpoint_number=self.step)
         if self.chief:
             logger.info("saved checkpoint %s", path)
-        else:
-            shutil.rmtree(self._checkpoint_dir(), ignore_errors=True)
 
     def _log_progress(self, scalars: Dict[str, float], run_start: float, run_start_step: int) -> None:
         if not self.chief:
@@ -357,21 +462,31 @@ def _format_seconds(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
 
-def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None) -> dict:
-    """Trains, evaluates and exports as the config says. Returns {"train": ..., "eval": ...,
-    "export": ...} with what each phase produced."""
-    trainer = Trainer(config, strategy)
+def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
+        overwrite: bool = False) -> dict:
+    """Trains, evaluates and exports as the config says.
+
+    Args:
+        config: a resolved PretrainingConfig.
+        strategy: optional strategy (default: from `config.strategy`).
+        overwrite: delete an existing run first (see `Trainer`).
+
+    Returns:
+        {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
+         "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
+    """
+    trainer = Trainer(config, strategy, overwrite=overwrite)
     results = {}
     if config.do_train:
-        pipeline.validate_dataset(config.pretrain_tfrecords, max_seq_length=config.max_seq_length,
-                                  vocab_sha256=trainer.vocab.sha256, vocab_size=config.vocab_size)
         results["train"] = trainer.train()
     if config.do_eval:
-        pipeline.validate_dataset(config.eval_tfrecords, max_seq_length=config.max_seq_length,
-                                  vocab_sha256=trainer.vocab.sha256, vocab_size=config.vocab_size,
-                                  split="eval")
         results["eval"] = trainer.evaluate()
     if config.do_export and trainer.chief:
         from electra_tf.training import export
         results["export"] = export.export_all(trainer.model, trainer.vocab, config)
+    results["final"] = {"global_step": trainer.step,
+                        "checkpoint": trainer.manager.latest_checkpoint,
+                        "weights_sha256": trainer.weights_fingerprint()}
+    logger.info("final: step %d, checkpoint %s, weights sha256 %s", trainer.step,
+                results["final"]["checkpoint"], results["final"]["weights_sha256"])
     return results

@@ -1,0 +1,168 @@
+"""Tiny pretraining datasets and configs for the trainer, export, pipeline and CLI tests.
+
+Not a test module: it writes a 100-token vocab and a few small TFRecord shards (random ids, the
+official three features) in the layout `build_pretraining_dataset.py` produces
+(`DATA_DIR/vocab.txt`, `DATA_DIR/pretrain_tfrecords/{pretrain_data,eval_data}.tfrecord-i-of-n` and
+`manifest.json` with the fields the trainer checks), so each test runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from electra_tf.data import tfrecord_io
+from electra_tf.vocab import REQUIRED_TOKENS, file_sha256
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB_SIZE = 100
+MAX_SEQ_LENGTH = 32
+EXAMPLES_PER_SHARD = 40
+# A model small enough for a step in milliseconds; generator 1/4 width (16) as the official ratio.
+TINY_HPARAMS = {
+    "vocab_size": VOCAB_SIZE,
+    "max_seq_length": MAX_SEQ_LENGTH,
+    "train_batch_size": 8,
+    "eval_batch_size": 8,
+    "num_eval_steps": 2,
+    "num_warmup_steps": 2,
+    "embedding_size": 32,
+    "model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
+    "do_export": False,
+}
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+
+
+def vocab_tokens(num_words: int = VOCAB_SIZE - len(REQUIRED_TOKENS), prefix: str = "w") -> List[str]:
+    """[PAD] [UNK] [CLS] [SEP] [MASK] then `num_words` word tokens `w0 w1 ...`."""
+    return list(REQUIRED_TOKENS) + [f"{prefix}{i}" for i in range(num_words)]
+
+
+def write_vocab(path: str, tokens: Optional[List[str]] = None) -> str:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens or vocab_tokens()) + "\n")
+    return path
+
+
+def random_examples(num: int, max_seq_length: int, rng: np.random.Generator,
+                    vocab_size: int = VOCAB_SIZE) -> List[Dict[str, List[int]]]:
+    """`num` examples `[CLS] a.. [SEP] b.. [SEP]` of random lengths, zero-padded."""
+    examples = []
+    for _ in range(num):
+        n = int(rng.integers(8, max_seq_length + 1))
+        first = int(rng.integers(2, n - 3))
+        body = rng.integers(len(REQUIRED_TOKENS), vocab_size, n).tolist()
+        ids = [2] + body[1:first] + [3] + body[first + 1:n - 1] + [3]
+        segment = [0] * (first + 1) + [1] * (n - first - 1)
+        pad = max_seq_length - n
+        examples.append({"input_ids": ids + [0] * pad, "input_mask": [1] * n + [0] * pad,
+                         "segment_ids": segment + [0] * pad})
+    return examples
+
+
+def write_records(path: str, examples) -> int:
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(path) as writer:
+        for example in examples:
+            writer.write(tfrecord_io.make_tf_example(example).SerializeToString())
+    return os.path.getsize(path)
+
+
+def write_dataset(data_dir: str, *, num_train_shards: int = 2, num_eval_shards: int = 1,
+                  examples_per_shard: int = EXAMPLES_PER_SHARD, max_seq_length: int = MAX_SEQ_LENGTH,
+                  seed: int = 0, manifest: bool = True, vocab: Optional[List[str]] = None) -> str:
+    """Writes DATA_DIR/vocab.txt and DATA_DIR/pretrain_tfrecords/ (+ manifest.json). Returns the
+    tfrecords directory."""
+    vocab_path = write_vocab(os.path.join(data_dir, "vocab.txt"), vocab)
+    out = os.path.join(data_dir, "pretrain_tfrecords")
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for split, prefix, count in (("train", tfrecord_io.TRAIN_PREFIX, num_train_shards),
+                                 ("eval", tfrecord_io.EVAL_PREFIX, num_eval_shards)):
+        shards = []
+        for i in range(count):
+            name = tfrecord_io.shard_name(prefix, i, count)
+            size = write_records(os.path.join(out, name),
+                                 random_examples(examples_per_shard, max_seq_length, rng))
+            shards.append({"file": name, "examples": examples_per_shard, "bytes": size})
+        splits[split] = {"examples": examples_per_shard * count, "shards": shards}
+    if manifest:
+        write_manifest(out, vocab_path, max_seq_length, splits)
+    return out
+
+
+def write_manifest(out_dir: str, vocab_path: str, max_seq_length: int, splits: dict) -> str:
+    """The fields of the builder's manifest.json that readers use."""
+    num_tokens = sum(1 for line in open(vocab_path, encoding="utf-8") if line.strip())
+    manifest = {
+        "format_version": tfrecord_io.MANIFEST_FORMAT_VERSION,
+        "features": {name: ["int64", max_seq_length] for name in tfrecord_io.FEATURE_NAMES},
+        "max_seq_length": max_seq_length,
+        "vocab": {"path": vocab_path, "sha256": file_sha256(vocab_path), "size": num_tokens},
+        "splits": splits,
+    }
+    path = os.path.join(out_dir, tfrecord_io.MANIFEST_NAME)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+    return path
+
+
+def tiny_hparams(**overrides) -> dict:
+    hparams = json.loads(json.dumps(TINY_HPARAMS))
+    for key, value in overrides.items():
+        if key == "model_hparam_overrides":
+            hparams[key] = dict(hparams[key], **value)
+        else:
+            hparams[key] = value
+    return hparams
+
+
+def tiny_config(data_dir: str, model_name: str = "tiny", **overrides):
+    from electra_tf.config import PretrainingConfig
+
+    return PretrainingConfig.create(model_name, data_dir, tiny_hparams(**overrides))
+
+
+def free_ports(count: int) -> List[int]:
+    """Ports free on 127.0.0.1 right now (held open together so they are distinct)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def subprocess_env(**extra) -> dict:
+    """Environment for a child Python: the repo importable, TF quiet, no hub access."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["HF_HUB_OFFLINE"] = "1"
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def run_pretraining_command(data_dir: str, model_name: str, hparams: dict, *flags) -> List[str]:
+    return [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"), "--data-dir", data_dir,
+            "--model-name", model_name, "--hparams", json.dumps(hparams), *flags]
+
+
+def run_python(code: str, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter; raises on timeout."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=subprocess_env(**env), cwd=REPO_ROOT)
