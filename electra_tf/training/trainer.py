@@ -54,6 +54,9 @@ _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
 # Directory (inside model_dir) where a non-chief worker keeps its own checkpoints: its data
 # iterator position differs from the chief's, so it needs its own to resume exactly.
 WORKER_CHECKPOINT_DIR = "workers"
+# Checkpoint entry holding `Trainer._train_data_key()`: the saved data position is only restored
+# into the pipeline it came from.
+TRAIN_DATA_KEY_NAME = "train_data_key"
 # Seed stream for evaluation masks, kept apart from the training steps' streams.
 EVAL_SEED_OFFSET = 1 << 40
 
@@ -214,17 +217,11 @@ class Trainer:
         # The data position is checkpointed with the model, so a resumed run continues the data
         # where it stopped; the dropout RNG states (non-trainable) too, so it draws the same masks.
         self.train_iterator = None
+        self.train_data_key = None
         if config.do_train:
-            self.train_iterator = iter(self._distributed_dataset(
-                config.pretrain_tfrecords, config.train_batch_size, is_training=True))
-        items = {"model": self.model, "optimizer": self.optimizer,
-                 "rng_state": list(self.model.non_trainable_variables)}
-        if self.train_iterator is not None:
-            items["train_data"] = self.train_iterator
-        self.checkpoint = tf.train.Checkpoint(**items)
-        self.manager = tf.train.CheckpointManager(
-            self.checkpoint, self._checkpoint_dir(), max_to_keep=config.keep_checkpoint_max or None,
-            step_counter=self.optimizer.iterations, checkpoint_interval=None)
+            self.train_data_key = self._train_data_key()
+            self.train_iterator = self._make_train_iterator(config.seed)
+        self._make_checkpoint()
         self.restored_from = None
         if self.manager.latest_checkpoint:
             self._restore(self.manager.latest_checkpoint)
@@ -233,16 +230,63 @@ class Trainer:
                                 f"{'evaluate' if config.do_eval else 'export'}: train first "
                                 "(do_train) or check --data-dir / --model-name")
 
+    def _train_data_key(self) -> str:
+        """What the saved data position depends on: files, batch split, seed, sequence length.
+
+        A checkpoint's iterator state can only be restored into the same pipeline (a different
+        batch size fails at the first step; rebuilt shards would resume mid-record).
+        """
+        config = self.config
+        files = [(os.path.basename(f), tf.io.gfile.stat(f).length)
+                 for f in pipeline.list_files(config.pretrain_tfrecords)]
+        key = {"files": files, "global_batch": config.train_batch_size,
+               "replicas": self.strategy.num_replicas_in_sync,
+               "workers": getattr(self.strategy.extended, "_num_workers", 1),
+               "seed": config.seed, "max_seq_length": config.max_seq_length}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+
+    def _make_train_iterator(self, seed: int):
+        return iter(self._distributed_dataset(self.config.pretrain_tfrecords,
+                                               self.config.train_batch_size, is_training=True,
+                                               seed=seed))
+
+    def _model_items(self) -> dict:
+        return {"model": self.model, "optimizer": self.optimizer,
+                "rng_state": list(self.model.non_trainable_variables)}
+
+    def _make_checkpoint(self) -> None:
+        items = self._model_items()
+        if self.train_iterator is not None:
+            items["train_data"] = self.train_iterator
+            items[TRAIN_DATA_KEY_NAME] = tf.Variable(self.train_data_key, trainable=False,
+                                                     dtype=tf.string)
+        self.checkpoint = tf.train.Checkpoint(**items)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self._checkpoint_dir(), max_to_keep=self.config.keep_checkpoint_max or None,
+            step_counter=self.optimizer.iterations, checkpoint_interval=None)
+
     def _restore(self, path: str) -> None:
+        saved_key = _read_checkpoint_string(path, TRAIN_DATA_KEY_NAME)
+        same_data = self.train_iterator is not None and saved_key == self.train_data_key
+        checkpoint = self.checkpoint if same_data else tf.train.Checkpoint(**self._model_items())
         try:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            # expect_partial: an eval/export run, or a changed pipeline, leaves the saved data
+            # position unread on purpose.
+            checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise TrainingError(
-                f"cannot resume from {path}: it does not match this run's model, optimizer or "
-                f"input pipeline ({first_line[:300]}). Use the run's hparams, another "
-                "--model-name, or --overwrite to start afresh") from None
+                f"cannot resume from {path}: it does not match this run's model or optimizer "
+                f"({first_line[:300]}). Use the run's hparams, another --model-name, or "
+                "--overwrite to start afresh") from None
         self.restored_from = path
+        if self.train_iterator is not None and not same_data:
+            # The saved position belongs to another pipeline (batch size, shards or seed changed):
+            # read the data afresh, in an order that does not replay the first steps' batches.
+            logger.warning("the training data or batch size changed since %s: the data order "
+                           "restarts (reshuffled for step %d)", path, self.step)
+            self.train_iterator = self._make_train_iterator(self.config.seed + self.step)
+            self._make_checkpoint()
         logger.info("restored %s (step %d)", path, self.step)
 
     def _checkpoint_dir(self) -> str:
@@ -254,21 +298,25 @@ class Trainer:
         return os.path.join(self.config.model_dir, WORKER_CHECKPOINT_DIR, f"worker_{task_id}")
 
     def weights_fingerprint(self) -> str:
-        """sha256 of the model's weights (trainable and not), in the model's fixed order."""
-        return weights_fingerprint(self.model.weights)
+        """sha256 of the model's variables (trainable, then the rest incl. dropout RNG states),
+        in the model's fixed order."""
+        return weights_fingerprint(list(self.model.trainable_variables)
+                                   + list(self.model.non_trainable_variables))
 
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
 
     # --------------------------------------------------------------------------------------------
-    def _distributed_dataset(self, patterns: str, global_batch: int, is_training: bool):
+    def _distributed_dataset(self, patterns: str, global_batch: int, is_training: bool,
+                             seed: Optional[int] = None):
         config = self.config
+        seed = config.seed if seed is None else seed
 
         def dataset_fn(input_context):
             return pipeline.make_dataset(
                 patterns, batch_size=input_context.get_per_replica_batch_size(global_batch),
-                max_seq_length=config.max_seq_length, is_training=is_training, seed=config.seed,
+                max_seq_length=config.max_seq_length, is_training=is_training, seed=seed,
                 input_context=input_context)
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -453,6 +501,15 @@ class Trainer:
             logger.info("eval at step %d: %s", self.step,
                         ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
         return results
+
+
+def _read_checkpoint_string(path: str, name: str) -> Optional[str]:
+    """A string variable saved at the checkpoint's top level, or None if absent."""
+    try:
+        value = tf.train.load_checkpoint(path).get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+    except (tf.errors.OpError, ValueError):
+        return None
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _format_seconds(seconds: float) -> str:
