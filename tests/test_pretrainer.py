@@ -241,3 +241,42 @@ def test_two_replicas_give_the_one_device_loss(mirrored_strategy):
     two = step(dist_batch)
     for key in two:
         np.testing.assert_allclose(float(two[key]), float(one_device[key]), rtol=1e-5, err_msg=key)
+
+
+def test_user_encoders_keras_hub_backbones():
+    """Any pair of Keras encoders works; keras-hub backbones get their own input names."""
+    import keras_hub
+
+    def backbone(width, name):
+        return keras_hub.models.ElectraBackbone(
+            vocab_size=VOCAB, num_layers=1, num_heads=1, hidden_dim=width, embedding_dim=width,
+            intermediate_dim=2 * width, max_sequence_length=SEQ, name=name)
+
+    keras.utils.set_random_seed(2)
+    disc, gen = backbone(32, "my_disc"), backbone(16, "my_gen")
+    model = ElectraPretrainer(discriminator_config=None, generator_config=None,
+                              special_tokens=SPECIAL._asdict(), max_predictions_per_seq=3,
+                              discriminator_encoder=disc, generator_encoder=gen)
+    assert model.vocab_size == VOCAB and model.discriminator_head.hidden_size == 32
+    inputs = batch()
+    with tf.GradientTape() as tape:
+        out = model(inputs, seed=SEED, training=False)
+    assert abs(float(out["masked_lm_loss"]) - math.log(VOCAB)) < 0.5
+    grads = dict(zip([v.path for v in model.trainable_variables],
+                     tape.gradient(out["total_loss"], model.trainable_variables)))
+    # The MLM head is tied to the generator backbone's token embedding.
+    assert grads[gen.token_embedding.embeddings.path] is not None
+    assert grads[disc.token_embedding.embeddings.path] is not None
+    clone = ElectraPretrainer.from_config(model.get_config())
+    assert isinstance(clone.discriminator, keras_hub.models.ElectraBackbone)
+
+
+def test_user_encoder_without_embedding_table_is_a_clear_error():
+    class Bare(keras.layers.Layer):
+        def call(self, inputs):
+            return tf.zeros([1, 1, 4])
+
+    with pytest.raises(ValueError, match="cannot find the word-embedding table of encoder 'bare'"):
+        ElectraPretrainer(discriminator_config=None, generator_config=None,
+                          special_tokens=SPECIAL._asdict(), discriminator_encoder=Bare(name="bare"),
+                          electra_objective=False)

@@ -21,10 +21,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import keras
+import keras_hub
 import tensorflow as tf
 
 from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
+from electra_tf.modeling.embeddings import ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, seeds, tensor_ops
@@ -61,6 +63,14 @@ class ElectraPretrainer(keras.Model):
         gen_weight: float. Weight of the MLM loss.
         disc_weight: float. Weight of the RTD loss.
         mask_with_replacement: bool. Draw masked positions with replacement (official).
+        discriminator_encoder: optional Keras layer used instead of the official encoder: an
+            electra-tf `ElectraEncoder`, a keras-hub backbone (e.g. `ElectraBackbone`,
+            `BertBackbone`), or any layer mapping {input_ids, input_mask, segment_ids} to hidden
+            states (a tensor or a dict with `sequence_output`) that exposes its word-embedding
+            table (see `word_embedding_table`) and width (`hidden_size` / `hidden_dim`).
+        generator_encoder: optional Keras layer for the generator, same contract. The MLM head
+            is tied to its word-embedding table. Sharing embeddings between two custom encoders
+            is up to the caller, and does not survive `get_config` (each is serialized alone).
 
     Call args:
         inputs: dict of int32 [batch_size, seq_length] tensors `input_ids`, `input_mask`,
@@ -75,22 +85,26 @@ class ElectraPretrainer(keras.Model):
         `eval_fn_inputs` dict that `PretrainingMetrics.update_state` takes.
     """
 
-    def __init__(self, discriminator_config: Mapping[str, Any],
+    def __init__(self, discriminator_config: Optional[Mapping[str, Any]],
                  generator_config: Optional[Mapping[str, Any]], special_tokens: Mapping[str, int],
                  mask_prob: float = 0.15, max_predictions_per_seq: int = 19,
                  electra_objective: bool = True, uniform_generator: bool = False,
                  untied_generator: bool = True, untied_generator_embeddings: bool = False,
                  disallow_correct: bool = False,
                  temperature: float = 1.0, gen_weight: float = 1.0, disc_weight: float = 50.0,
-                 mask_with_replacement: bool = True, **kwargs):
+                 mask_with_replacement: bool = True,
+                 discriminator_encoder: Optional[keras.layers.Layer] = None,
+                 generator_encoder: Optional[keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)
         needs_generator = electra_objective and untied_generator and not uniform_generator
-        if needs_generator and generator_config is None:
-            raise ValueError("generator_config is required with electra_objective, "
-                             "untied_generator and not uniform_generator")
+        if needs_generator and generator_config is None and generator_encoder is None:
+            raise ValueError("a generator (generator_config or generator_encoder) is required with "
+                             "electra_objective, untied_generator and not uniform_generator")
+        if discriminator_config is None and discriminator_encoder is None:
+            raise ValueError("give discriminator_config or discriminator_encoder")
         # === Config ===
-        self.discriminator_config = dict(discriminator_config)
-        self.generator_config = dict(generator_config) if needs_generator else None
+        self.discriminator_config = dict(discriminator_config) if discriminator_config else None
+        self.generator_config = dict(generator_config) if needs_generator and generator_config else None
         self.special_tokens = dict(special_tokens)
         self.mask_prob = mask_prob
         self.max_predictions_per_seq = max_predictions_per_seq
@@ -103,33 +117,42 @@ class ElectraPretrainer(keras.Model):
         self.gen_weight = gen_weight
         self.disc_weight = disc_weight
         self.mask_with_replacement = mask_with_replacement
+        self.discriminator_encoder = discriminator_encoder
+        self.generator_encoder = generator_encoder if needs_generator else None
         self._special = SpecialTokens(**self.special_tokens)
 
         # === Layers ===
-        disc = ModelConfig(**self.discriminator_config)
-        self.vocab_size = disc.vocab_size
         # The discriminator (or, MLM-only, the one masked-LM encoder) owns the embedding block.
-        self.discriminator = ElectraEncoder.from_model_config(disc, name=DISCRIMINATOR_NAME)
+        if discriminator_encoder is not None:
+            self.discriminator = discriminator_encoder
+        else:
+            self.discriminator = ElectraEncoder.from_model_config(
+                ModelConfig(**self.discriminator_config), name=DISCRIMINATOR_NAME)
         self.generator = None
-        if needs_generator:
-            gen = ModelConfig(**self.generator_config)
+        if needs_generator and generator_encoder is not None:
+            self.generator = generator_encoder
+        elif needs_generator:
             # Official default: the generator reads the discriminator's embedding block (the same
             # variables); untied_generator_embeddings gives it its own block at its own width.
+            shared = None if untied_generator_embeddings else self.discriminator.embeddings
             self.generator = ElectraEncoder.from_model_config(
-                gen, embeddings=None if untied_generator_embeddings else self.discriminator.embeddings,
-                name=GENERATOR_NAME)
+                ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME)
+        head_defaults = ModelConfig(**self.discriminator_config) if self.discriminator_config else None
+        hidden_act = head_defaults.hidden_act if head_defaults else "gelu"
+        initializer_range = head_defaults.initializer_range if head_defaults else 0.02
+        table = word_embedding_table(self.discriminator)
+        self.vocab_size = int(table.shape[0])
         self.generator_head = None
         if not uniform_generator:
-            mlm_encoder_config = ModelConfig(**(self.generator_config or self.discriminator_config))
+            mlm_table = word_embedding_table(self.mlm_encoder)
             self.generator_head = GeneratorHead(
-                embedding_size=mlm_encoder_config.embedding_size, vocab_size=disc.vocab_size,
-                hidden_act=mlm_encoder_config.hidden_act,
-                initializer_range=mlm_encoder_config.initializer_range, name=GENERATOR_HEAD_NAME)
+                embedding_size=int(mlm_table.shape[1]), vocab_size=self.vocab_size,
+                hidden_act=hidden_act, initializer_range=initializer_range, name=GENERATOR_HEAD_NAME)
         self.discriminator_head = None
         if electra_objective:
             self.discriminator_head = DiscriminatorHead(
-                hidden_size=disc.hidden_size, hidden_act=disc.hidden_act,
-                initializer_range=disc.initializer_range, name=DISCRIMINATOR_HEAD_NAME)
+                hidden_size=encoder_width(self.discriminator), hidden_act=hidden_act,
+                initializer_range=initializer_range, name=DISCRIMINATOR_HEAD_NAME)
 
     # ------------------------------------------------------------------------------------------
     @classmethod
@@ -163,12 +186,11 @@ class ElectraPretrainer(keras.Model):
             shape = tf.shape(masked.masked_lm_positions)
             return tf.zeros([shape[0], shape[1], self.vocab_size], tf.float32)
         encoder = self.mlm_encoder
-        hidden = encoder({"input_ids": masked.input_ids, "input_mask": masked.input_mask,
-                          "segment_ids": masked.segment_ids}, training=training)["sequence_output"]
+        hidden = sequence_output(encoder, masked.input_ids, masked.input_mask, masked.segment_ids,
+                                 training)
         # Gather before the head: the vocab projection runs on N positions, not all L.
         hidden = tensor_ops.gather_positions(hidden, masked.masked_lm_positions)
-        table = encoder.embeddings.word_embeddings.embeddings
-        return self.generator_head(hidden, table)
+        return self.generator_head(hidden, word_embedding_table(encoder))
 
     def call(self, inputs, seed=None, training=None):
         input_ids = tf.cast(inputs["input_ids"], tf.int32)
@@ -194,9 +216,8 @@ class ElectraPretrainer(keras.Model):
                 masked, mlm_logits,
                 seeds=seeds.example_seeds(seed, offset, batch_size, salt=seeds.SAMPLING_SALT),
                 temperature=self.temperature, disallow_correct=self.disallow_correct)
-            hidden = self.discriminator(
-                {"input_ids": fake.input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
-                training=training)["sequence_output"]
+            hidden = sequence_output(self.discriminator, fake.input_ids, input_mask, segment_ids,
+                                     training)
             rtd = losses.rtd_loss(self.discriminator_head(hidden), fake.is_fake, input_mask)
             disc_loss = rtd.loss
             total = total + self.disc_weight * disc_loss
@@ -231,5 +252,76 @@ class ElectraPretrainer(keras.Model):
             "gen_weight": self.gen_weight,
             "disc_weight": self.disc_weight,
             "mask_with_replacement": self.mask_with_replacement,
+            "discriminator_encoder": _serialize(self.discriminator_encoder),
+            "generator_encoder": _serialize(self.generator_encoder),
         })
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for key in ("discriminator_encoder", "generator_encoder"):
+            if config.get(key) is not None:
+                config[key] = keras.saving.deserialize_keras_object(config[key])
+        return cls(**config)
+
+
+def _serialize(layer):
+    return None if layer is None else keras.saving.serialize_keras_object(layer)
+
+
+# ------------------------------------------------------------------------------------------------
+# Encoders: electra-tf's own, keras-hub backbones, or any layer mapping token ids to hidden states
+# ------------------------------------------------------------------------------------------------
+def _is_keras_hub_backbone(encoder) -> bool:
+    return isinstance(encoder, keras_hub.models.Backbone)
+
+
+def sequence_output(encoder, input_ids, input_mask, segment_ids, training) -> tf.Tensor:
+    """Runs an encoder and returns its hidden states [batch_size, seq_length, hidden].
+
+    electra-tf encoders and other layers get the official input names (`input_ids`,
+    `input_mask`, `segment_ids`); keras-hub backbones get theirs (`token_ids`, `padding_mask`,
+    `segment_ids`). The output may be a tensor or a dict holding `sequence_output`.
+    """
+    if _is_keras_hub_backbone(encoder):
+        inputs = {"token_ids": input_ids, "padding_mask": input_mask}
+        if "segment_ids" in encoder.input:
+            inputs["segment_ids"] = segment_ids
+        outputs = encoder(inputs, training=training)
+    else:
+        outputs = encoder({"input_ids": input_ids, "input_mask": input_mask,
+                           "segment_ids": segment_ids}, training=training)
+    if isinstance(outputs, Mapping):
+        if "sequence_output" not in outputs:
+            raise ValueError(f"encoder {encoder.name!r} returned keys {sorted(outputs)}; "
+                             "expected 'sequence_output'")
+        outputs = outputs["sequence_output"]
+    return outputs
+
+
+def word_embedding_table(encoder):
+    """The [vocab_size, embedding_size] input-embedding variable the MLM head is tied to.
+
+    Raises:
+        ValueError: the encoder exposes no known word-embedding table.
+    """
+    embeddings = getattr(encoder, "embeddings", None)
+    if isinstance(embeddings, ElectraEmbeddings):
+        return embeddings.word_embeddings.embeddings
+    token_embedding = getattr(encoder, "token_embedding", None)  # keras-hub backbones
+    if token_embedding is not None:
+        return token_embedding.embeddings
+    raise ValueError(f"cannot find the word-embedding table of encoder {encoder.name!r}: give it "
+                     "an `embeddings` (ElectraEmbeddings) or `token_embedding` attribute; the "
+                     "generator's MLM head is tied to that table")
+
+
+def encoder_width(encoder) -> int:
+    """Hidden width of an encoder's sequence output."""
+    for attribute in ("hidden_size", "hidden_dim"):
+        width = getattr(encoder, attribute, None)
+        if isinstance(width, int):
+            return width
+    raise ValueError(f"cannot tell the hidden width of encoder {encoder.name!r}: give it a "
+                     "`hidden_size` or `hidden_dim` attribute")
