@@ -40,8 +40,9 @@ Where keras-hub differs from the official code, and what this module does about 
 
 Randomness: every keras Dropout layer owns a seed generator whose seed is drawn from Python's
 `random` when the layer is constructed, so call `keras.utils.set_random_seed(seed)` before building
-for reproducible dropout. Its state is not part of tf.train.Checkpoint, and under
-MirroredStrategy both replicas start from the same state (so they draw the same masks).
+for reproducible dropout. The states are in `non_trainable_variables` (not in `weights`, and not
+followed by tf.train.Checkpoint through the layer: a trainer that wants exact resumes saves them
+itself). Under MirroredStrategy both replicas hold the same state, so they draw the same masks.
 
 Not needed from keras-hub: `ElectraBackbone` adds a tanh pooler and uses the tanh-approximate GELU,
 so it does not match; this encoder has no pooler (pooled_output = sequence_output[:, 0]).
