@@ -1,8 +1,11 @@
-"""Builds ELECTRA pretraining TFRecords from a directory of text files (one sentence per line).
+"""Builds ELECTRA pretraining TFRecords from a directory of text files (one sentence per line,
+a blank line between documents).
 
 With no flags: reads pretrain_data/corpus with pretrain_data/vocab.txt (fetching both first if
-absent) and writes pretrain_data/pretrain_tfrecords/{pretrain_data,eval_data}.tfrecord-*-of-*
-plus manifest.json. See electra_tf/data/builder.py for how this differs from the official script.
+absent) and writes pretrain_data/pretrain_tfrecords/: pretrain_data.tfrecord-*-of-*, the held-out
+eval_data.tfrecord-*-of-*, and manifest.json (settings, counts, checksums). Same inputs and
+settings give byte-identical shards. See electra_tf/data/builder.py for the differences from the
+official script.
 """
 
 import argparse
@@ -12,28 +15,48 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
-from electra_tf.data import builder  # noqa: E402
+from electra_tf.data import builder as b  # noqa: E402
 from electra_tf.data.corpus import CorpusError  # noqa: E402
+from electra_tf.data.fetch import FetchError  # noqa: E402
 from electra_tf.vocab import VocabError  # noqa: E402
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus-dir", help=f"directory of text files, read recursively (default: {builder.DEFAULT_CORPUS_DIR}, fetched if missing)")
-    p.add_argument("--vocab-file", help=f"WordPiece vocab to use (default: {builder.DEFAULT_VOCAB_FILE}); with --learn-vocab, where the learned vocab is written (default: <parent of --output-dir>/vocab.txt)")
-    p.add_argument("--output-dir", default=builder.DEFAULT_OUTPUT_DIR, help="where shards and manifest.json are written (default: %(default)s)")
-    p.add_argument("--max-seq-length", type=int, default=builder.DEFAULT_MAX_SEQ_LENGTH, help=f"example length incl. [CLS]/[SEP], >= {builder.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
-    p.add_argument("--num-processes", type=int, default=1, help="worker processes; work is split by file (default: %(default)s)")
-    p.add_argument("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True, help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped and each file is one document (default: on)")
-    p.add_argument("--do-lower-case", dest="do_lower_case", action="store_true", default=True, help="lowercase the text before WordPiece (default)")
-    p.add_argument("--no-lower-case", dest="do_lower_case", action="store_false", help="keep case (accents are then kept too, as in BERT)")
-    p.add_argument("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true", default=True, help="strip accents when lowercasing (default)")
-    p.add_argument("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
-    p.add_argument("--num-out-files", type=int, help=f"number of train shards (default: one per {builder.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {builder.MIN_DEFAULT_SHARDS}, at most {builder.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
-    p.add_argument("--seed", type=int, default=builder.DEFAULT_SEED, help="seed of all random choices; same seed and inputs give identical files (default: %(default)s)")
-    p.add_argument("--eval-fraction", type=float, default=builder.DEFAULT_EVAL_FRACTION, help="fraction of documents held out into eval_data.tfrecord-* shards; 0 disables (default: %(default)s)")
-    p.add_argument("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens from the corpus (BERT special-token layout) instead of reading --vocab-file")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset (manifest and shards only) in --output-dir, and an existing vocab file with --learn-vocab")
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    arg = p.add_argument
+    arg("--corpus-dir", help=f"directory of text files, read recursively; hidden files are "
+        f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
+    arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
+        "--learn-vocab, where the learned vocab is written (default: "
+        "<parent of --output-dir>/vocab.txt)")
+    arg("--output-dir", default=b.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
+        "(default: %(default)s)")
+    arg("--max-seq-length", type=int, default=b.DEFAULT_MAX_SEQ_LENGTH, help="example length incl. "
+        f"[CLS]/[SEP], at least {b.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
+    arg("--num-processes", type=int, default=1, help="worker processes, each taking whole files; "
+        "each pays a few seconds of TensorFlow start-up (default: %(default)s)")
+    arg("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
+        help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped "
+        "and each file is one document (default: on)")
+    arg("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
+        help="lowercase before WordPiece (default)")
+    arg("--no-lower-case", dest="do_lower_case", action="store_false",
+        help="keep case (accents are then kept too, as in BERT)")
+    arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
+        default=True, help="strip accents when lowercasing (default)")
+    arg("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
+    arg("--num-out-files", type=int, help=f"train shards (default: one per "
+        f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
+        f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
+    arg("--seed", type=int, default=b.DEFAULT_SEED, help="seed of every random choice "
+        "(default: %(default)s)")
+    arg("--eval-fraction", type=float, default=b.DEFAULT_EVAL_FRACTION, help="fraction of "
+        "documents held out into eval_data.tfrecord-* shards, 0 for none (default: %(default)s)")
+    arg("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens "
+        "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
+    arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
+        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
     return p.parse_args(argv)
 
 
@@ -42,24 +65,17 @@ def main(argv=None):
     args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    log = logging.getLogger(builder.__name__)
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    config = builder.BuildConfig(
-        corpus_dir=args.corpus_dir, vocab_file=args.vocab_file, output_dir=args.output_dir,
-        max_seq_length=args.max_seq_length, num_processes=args.num_processes,
-        blanks_separate_docs=args.blanks_separate_docs, do_lower_case=args.do_lower_case,
-        strip_accents=args.strip_accents, num_out_files=args.num_out_files, seed=args.seed,
-        overwrite=args.overwrite, eval_fraction=args.eval_fraction, learn_vocab=args.learn_vocab,
-        command=builder.format_command([sys.argv[0]] + list(argv)))
+    for name in (b.__name__, "electra_tf.data.fetch"):
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO)
+    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **vars(args))
     try:
-        builder.build_dataset(config)
-    except (builder.BuildError, CorpusError, VocabError) as e:
+        b.build_dataset(config)
+    except (b.BuildError, CorpusError, VocabError, FetchError, OSError) as e:
         print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"{os.path.basename(sys.argv[0])}: interrupted; partial shards were removed", file=sys.stderr)
+        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
         return 130
     return 0
 

@@ -9,6 +9,7 @@ Throughput is content tokens per second (the builder's tokenised tokens; HF with
 Target: builder >= 0.5x the HF number.
 
     python benchmarks/build_dataset.py                      # default corpus (pretrain_data/)
+    python benchmarks/build_dataset.py --scale 8             # 8 copies of it (~92 MB)
     python benchmarks/build_dataset.py --synthetic-mb 20     # generated corpus, if none fetched
 
 Writes a table to stdout and JSON to --output (default benchmarks/results/build_dataset.json).
@@ -41,10 +42,20 @@ def make_synthetic_corpus(directory, vocab_file, megabytes, num_files=8, seed=0)
         with open(os.path.join(directory, f"synthetic_{f:03d}.txt"), "w", encoding="utf-8") as out:
             written = 0
             while written < per_file:
-                doc = "\n".join(" ".join(rng.choices(words, k=rng.randint(5, 30))).capitalize() + "."
-                                for _ in range(rng.randint(3, 30)))
+                doc = "\n".join(
+                    " ".join(rng.choices(words, k=rng.randint(5, 30))).capitalize() + "."
+                    for _ in range(rng.randint(3, 30)))
                 out.write(doc + "\n\n")
                 written += len(doc) + 2
+
+
+def replicate_corpus(corpus_dir, target, copies):
+    os.makedirs(target)
+    for f in list_corpus_files(corpus_dir):
+        for k in range(copies):
+            name = f"copy{k}_" + f.relpath.replace("/", "_")
+            os.symlink(os.path.abspath(f.path), os.path.join(target, name))
+    return target
 
 
 def read_lines(corpus_dir):
@@ -86,11 +97,15 @@ def bench_builder(corpus_dir, vocab_file, processes, max_seq_length, workdir):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus-dir", default="pretrain_data/corpus")
     p.add_argument("--vocab-file", default="pretrain_data/vocab.txt")
     p.add_argument("--synthetic-mb", type=int, default=0,
                    help="benchmark a generated corpus of this size instead of --corpus-dir")
+    p.add_argument("--scale", type=int, default=1,
+                   help="use K copies of every corpus file (under distinct names), so worker "
+                        "start-up is amortised as on a larger corpus")
     p.add_argument("--processes", default="1,2", help="comma-separated process counts")
     p.add_argument("--max-seq-length", type=int, default=128)
     p.add_argument("--output", default="benchmarks/results/build_dataset.json")
@@ -104,6 +119,8 @@ def main():
             corpus_dir = os.path.join(workdir, "corpus")
             os.makedirs(corpus_dir)
             make_synthetic_corpus(corpus_dir, args.vocab_file, args.synthetic_mb)
+        if args.scale > 1:
+            corpus_dir = replicate_corpus(corpus_dir, os.path.join(workdir, "scaled"), args.scale)
         lines = read_lines(corpus_dir)
         corpus_bytes = sum(f.size for f in list_corpus_files(corpus_dir))
         hf = bench_hf(args.vocab_file, lines)
@@ -120,7 +137,7 @@ def main():
         ratio = f"{row['ratio_to_hf']:.2f}x" if "ratio_to_hf" in row else "1.00x"
         print(f"{row['method']:<28}{row['processes']:>6}{row['seconds']:>10.2f}{row['tokens']:>12}"
               f"{row['tokens_per_second']:>12.0f}{ratio:>8}")
-    result = {"corpus_dir": corpus_dir, "synthetic_mb": args.synthetic_mb,
+    result = {"corpus_dir": corpus_dir, "synthetic_mb": args.synthetic_mb, "scale": args.scale,
               "corpus_bytes": corpus_bytes, "lines": len(lines), "cpu_count": os.cpu_count(),
               "python": platform.python_version(), "max_seq_length": args.max_seq_length,
               "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "rows": rows}

@@ -21,7 +21,9 @@ def run_cli(*args, cwd=REPO_ROOT):
 def assert_one_line_error(result, *fragments):
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    # TensorFlow may log its own lines (e.g. "E0000 ... cuInit"); ours carry the program name.
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("build_pretraining_dataset.py: error:")]
     assert len(errors) == 1, result.stderr
     for fragment in fragments:
         assert fragment in errors[0], errors[0]
@@ -34,7 +36,8 @@ def inputs(tmp_path):
     (corpus / "a.txt").write_text("hello world.\nhello again.\n\nworld hello.\n")
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(GOOD_VOCAB) + "\n")
-    return {"corpus": str(corpus), "vocab": str(vocab), "out": str(tmp_path / "out"), "tmp": tmp_path}
+    return {"corpus": str(corpus), "vocab": str(vocab), "out": str(tmp_path / "out"),
+            "tmp": tmp_path}
 
 
 def base_args(inputs, **overrides):
@@ -126,3 +129,15 @@ def test_build_then_refuse_then_overwrite(inputs):
     manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
     assert manifest["do_lower_case"] is False and manifest["strip_accents"] is False
     assert manifest["blanks_separate_docs"] is True and manifest["counts"]["documents"] == 2
+
+
+def test_learn_vocab_too_small(inputs):
+    pytest.importorskip("electra_tf.data.vocab_learning")
+    result = run_cli("--corpus-dir", inputs["corpus"], "--output-dir", inputs["out"],
+                     "--learn-vocab", "3")  # would write <tmp>/vocab.txt, which exists
+    assert_one_line_error(result, "vocab.txt exists", "--overwrite")
+    learned = str(inputs["tmp"] / "learned.txt")
+    result = run_cli("--corpus-dir", inputs["corpus"], "--output-dir", inputs["out"],
+                     "--learn-vocab", "3", "--vocab-file", learned)
+    assert_one_line_error(result, "--learn-vocab 3")
+    assert not os.path.exists(inputs["out"]) and not os.path.exists(learned)

@@ -2,11 +2,13 @@
 
 import collections
 import dataclasses
-import json
 import logging
 import os
 import random
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ import tensorflow as tf
 
 from electra_tf.data import builder as builder_lib
 from electra_tf.data.builder import BuildConfig, BuildError, build_dataset, derive_seed
-from electra_tf.data.corpus import CorpusError
+from electra_tf.data.corpus import list_corpus_files
 from electra_tf.data.tfrecord_io import FEATURE_NAMES, parse_example, read_manifest, shard_paths
 from electra_tf.vocab import load_vocab
 
@@ -49,10 +51,12 @@ def write_corpus(directory, docs_per_file, seed=0, words_per_line=(1, 12), lines
     for f, num_docs in enumerate(docs_per_file):
         docs = []
         for _ in range(num_docs):
-            docs.append([[f"w{rng.randrange(NUM_WORDS)}" for _ in range(rng.randint(*words_per_line))]
+            docs.append([[f"w{rng.randrange(NUM_WORDS)}"
+                          for _ in range(rng.randint(*words_per_line))]
                          for _ in range(rng.randint(*lines_per_doc))])
         name = f"part{f:02d}.txt"
-        (directory / name).write_text("\n\n".join("\n".join(" ".join(l) for l in d) for d in docs) + "\n")
+        text = "\n\n".join("\n".join(" ".join(line) for line in doc) for doc in docs)
+        (directory / name).write_text(text + "\n")
         documents[name] = docs
     return documents
 
@@ -129,16 +133,15 @@ def test_round_trip_structure_and_manifest(tmp_path, vocab_file):
     assert [s["file"] for s in manifest["splits"]["train"]["shards"]] == [
         f"pretrain_data.tfrecord-{i}-of-3" for i in range(3)]
     assert counts["examples"] == len(train) + len(evals)
-    assert counts["example_tokens"] == counts["tokenized_tokens"] - counts["truncated_tokens"] + \
-        3 * counts["examples"] - sum(manifest["splits"][s]["single_segment"] for s in ("train", "eval"))
+    single = sum(manifest["splits"][s]["single_segment"] for s in ("train", "eval"))
+    assert counts["example_tokens"] == (counts["tokenized_tokens"] - counts["truncated_tokens"]
+                                        + 3 * counts["examples"] - single)
     hist = manifest["length_histogram"]
     assert hist["bucket_width"] == 8 and len(hist["counts"]) == 4
     assert sum(hist["counts"]) == counts["examples"]
     lengths = collections.Counter((sum(mask) - 1) // 8 for _, mask, _ in train + evals)
     assert hist["counts"] == [lengths[i] for i in range(4)]
-    assert manifest["single_segment_fraction"] == pytest.approx(
-        (manifest["splits"]["train"]["single_segment"] + manifest["splits"]["eval"]["single_segment"])
-        / counts["examples"])
+    assert manifest["single_segment_fraction"] == pytest.approx(single / counts["examples"])
     assert manifest["command"] == "python build_pretraining_dataset.py --x"
     assert set(manifest["versions"]) == {"python", "tensorflow", "tensorflow-text", "electra_tf"}
     assert manifest["versions"]["tensorflow"] == tf.__version__
@@ -172,28 +175,33 @@ def test_documents_and_files_bound_examples(tmp_path, vocab_file, blanks_separat
     vocab = load_vocab(vocab_file)
     got = sorted(_doc_examples(read_split(out), vocab.special.cls_id, vocab.special.sep_id))
     if blanks_separate_docs:
-        expected = [ids_of([w for line in doc for w in line]) for d in documents.values() for doc in d]
+        expected = [ids_of([w for line in doc for w in line])
+                    for d in documents.values() for doc in d]
     else:
-        expected = [ids_of([w for doc in d for line in doc for w in line]) for d in documents.values()]
+        expected = [ids_of([w for doc in d for line in doc for w in line])
+                    for d in documents.values()]
     assert got == sorted(expected)
     assert manifest["counts"]["documents"] == len(expected)
     assert manifest["splits"]["eval"]["shards"] == []
 
 
-def test_examples_match_example_builder_per_file(tmp_path, vocab_file):
-    # Each file is packed by a fresh ExampleBuilder seeded from (seed, relative path): the
-    # examples of a file do not depend on the other files.
+def test_examples_match_example_builder_per_file_written_round_robin(tmp_path, vocab_file):
+    # Each file is packed by a fresh ExampleBuilder seeded from (seed, relative path), and the
+    # job writes its examples round-robin over its shards (official ExampleWriter): example k of
+    # the job's sequence lands in shard k % num_shards.
     from electra_tf.data.example_builder import ExampleBuilder
     from electra_tf.data.tokenization import Tokenizer
 
-    documents = write_corpus(tmp_path / "corpus", [30, 20], seed=5)
-    manifest, out = build(tmp_path, vocab_file, tmp_path / "corpus", eval_fraction=0.0, seed=9)
+    documents = write_corpus(tmp_path / "corpus", [30, 20, 25], seed=5)
+    manifest, out = build(tmp_path, vocab_file, tmp_path / "corpus", eval_fraction=0.0, seed=9,
+                          num_out_files=3)
     vocab = load_vocab(vocab_file)
     tokenizer = Tokenizer(vocab)
+    files = builder_lib.assign_files(list_corpus_files(str(tmp_path / "corpus")), 1, 9)[0]
     expected = []
-    for name, docs in documents.items():
+    for name in [f.relpath for f in files]:
         packer = ExampleBuilder(32, random.Random(derive_seed(9, "pack", "train", name)))
-        for doc in docs:
+        for doc in documents[name]:
             for line in doc:
                 ex = packer.add_sentence(tokenizer.encode(" ".join(line)))
                 if ex:
@@ -201,11 +209,16 @@ def test_examples_match_example_builder_per_file(tmp_path, vocab_file):
             ex = packer.end_document()
             if ex:
                 expected.append(ex)
-    expected = sorted(tuple([vocab.special.cls_id] + e.first_segment + [vocab.special.sep_id]
-                            + (e.second_segment + [vocab.special.sep_id] if e.second_segment else []))
-                      for e in expected)
-    got = sorted(tuple(ids[:sum(mask)]) for ids, mask, _ in read_split(out))
-    assert got == expected
+    cls_id, sep_id = vocab.special.cls_id, vocab.special.sep_id
+    expected = [tuple([cls_id] + e.first_segment + [sep_id]
+                      + (e.second_segment + [sep_id] if e.second_segment else []))
+                for e in expected]
+    paths = shard_paths(manifest, out)
+    assert len(paths) == 3
+    for i, path in enumerate(paths):
+        shard = [tuple(b["input_ids"].numpy()[b["input_mask"].numpy() == 1])
+                 for b in tf.data.TFRecordDataset(path).map(lambda s: parse_example(s, 32))]
+        assert shard == expected[i::3]
 
 
 def test_same_inputs_give_byte_identical_shards(tmp_path, vocab_file):
@@ -217,8 +230,9 @@ def test_same_inputs_give_byte_identical_shards(tmp_path, vocab_file):
     assert names == sorted(os.listdir(out2))
     for name in names:
         if name != "manifest.json":
-            with open(os.path.join(out1, name), "rb") as f1, open(os.path.join(out2, name), "rb") as f2:
-                assert f1.read() == f2.read(), name
+            with open(os.path.join(out1, name), "rb") as f1:
+                with open(os.path.join(out2, name), "rb") as f2:
+                    assert f1.read() == f2.read(), name
     volatile = {"started_at", "finished_at", "elapsed_seconds", "throughput"}
     assert {k: v for k, v in m1.items() if k not in volatile} == \
         {k: v for k, v in m2.items() if k not in volatile}
@@ -230,7 +244,7 @@ def test_two_processes_give_the_same_examples_and_counts(tmp_path, vocab_file):
     write_corpus(tmp_path / "corpus", [30, 5, 25, 12, 8], seed=2)
     m1, out1 = build(tmp_path, vocab_file, tmp_path / "corpus", "n1", eval_fraction=0.2)
     m2, out2 = build(tmp_path, vocab_file, tmp_path / "corpus", "n2", eval_fraction=0.2,
-                     num_processes=2)
+                     num_processes=2, num_out_files=4)
     assert m1["num_processes"] == 1 and m2["num_processes"] == 2
     for split in ("train", "eval"):
         a, b = read_split(out1, split), read_split(out2, split)
@@ -241,6 +255,9 @@ def test_two_processes_give_the_same_examples_and_counts(tmp_path, vocab_file):
             {k: v for k, v in entry2.items() if k != "shards"}
     assert m1["counts"] == m2["counts"]
     assert m1["length_histogram"] == m2["length_histogram"]
+    # Job j owns shards i % 2 == j and fills them round-robin: balanced within each job.
+    counts = [s["examples"] for s in m2["splits"]["train"]["shards"]]
+    assert len(counts) == 4 and abs(counts[0] - counts[2]) <= 1 and abs(counts[1] - counts[3]) <= 1
 
 
 def test_eval_split_is_disjoint_by_document_and_near_the_fraction(tmp_path, vocab_file):
@@ -262,7 +279,8 @@ def test_eval_split_is_disjoint_by_document_and_near_the_fraction(tmp_path, voca
     assert manifest["splits"]["eval"]["documents"] == len(evals)
     # Binomial(1000, 0.2): sd 12.6; 4 sd tolerance.
     assert abs(len(evals) - 200) < 51
-    assert [s["file"] for s in manifest["splits"]["eval"]["shards"]] == ["eval_data.tfrecord-0-of-1"]
+    assert [s["file"] for s in manifest["splits"]["eval"]["shards"]] == [
+        "eval_data.tfrecord-0-of-1"]
 
 
 def test_refuses_existing_output_and_overwrites_only_its_own_files(tmp_path, vocab_file):
@@ -271,12 +289,14 @@ def test_refuses_existing_output_and_overwrites_only_its_own_files(tmp_path, voc
     assert len(m1["splits"]["train"]["shards"]) == 6
     (tmp_path / "out" / "notes.txt").write_text("mine")
     before = {n: os.path.getmtime(os.path.join(out, n)) for n in os.listdir(out)}
-    with pytest.raises(BuildError, match="output dir .*out exists and is not empty; pass --overwrite"):
+    with pytest.raises(BuildError, match="output dir .*out exists and is not empty; pass "
+                                         "--overwrite"):
         build(tmp_path, vocab_file, tmp_path / "corpus", num_out_files=2)
     assert {n: os.path.getmtime(os.path.join(out, n)) for n in os.listdir(out)} == before
     m2, out = build(tmp_path, vocab_file, tmp_path / "corpus", num_out_files=2, eval_fraction=0.0,
                     overwrite=True)
-    assert sorted(os.listdir(out)) == ["manifest.json", "notes.txt", "pretrain_data.tfrecord-0-of-2",
+    assert sorted(os.listdir(out)) == ["manifest.json", "notes.txt",
+                                       "pretrain_data.tfrecord-0-of-2",
                                        "pretrain_data.tfrecord-1-of-2"]
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
     assert read_manifest(out) == m2
@@ -294,6 +314,16 @@ def test_a_small_corpus_never_yields_empty_shards(tmp_path, vocab_file):
     assert builder_lib.default_num_out_files(100, 1) == 4
     assert builder_lib.default_num_out_files(100 << 20, 2) == 13
     assert builder_lib.default_num_out_files(100 << 30, 2) == 1000
+
+
+def test_warns_when_no_document_is_held_out(tmp_path, vocab_file, caplog):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "one.txt").write_text("w1 w2 w3\n")  # one document: with seed 0 it stays in train
+    with caplog.at_level(logging.INFO, logger=builder_lib.__name__):
+        manifest, _ = build(tmp_path, vocab_file, corpus, eval_fraction=0.01)
+    assert manifest["splits"]["eval"]["shards"] == []
+    assert any("no document was held out for eval" in r.getMessage() for r in caplog.records)
 
 
 def test_junk_input_is_decoded_counted_and_completes(tmp_path, vocab_file, monkeypatch):
@@ -330,7 +360,8 @@ def test_no_examples_is_an_error_and_leaves_nothing_behind(tmp_path, vocab_file)
     ({"eval_fraction": 1.0}, r"--eval-fraction must be in \[0, 1\)"),
     ({"seed": -1}, "--seed must be >= 0"),
 ])
-def test_bad_settings_are_rejected_before_anything_is_written(tmp_path, vocab_file, overrides, message):
+def test_bad_settings_are_rejected_before_anything_is_written(tmp_path, vocab_file, overrides,
+                                                             message):
     write_corpus(tmp_path / "corpus", [2])
     with pytest.raises(BuildError, match=message):
         build(tmp_path, vocab_file, tmp_path / "corpus", **overrides)
@@ -400,8 +431,9 @@ def test_real_vocab_and_corpus(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     names = sorted(os.listdir(REAL_CORPUS))
-    for name in ([n for n in names if n.startswith("wiki")][:1] + [n for n in names if n.startswith("lee")][:1]
-                 or names[:2]):
+    picked = ([n for n in names if n.startswith("wiki")][:1]
+              + [n for n in names if n.startswith("lee")][:1]) or names[:2]
+    for name in picked:
         shutil.copy(os.path.join(REAL_CORPUS, name), corpus / name)
     manifest, out = build(tmp_path, REAL_VOCAB, corpus, max_seq_length=128, eval_fraction=0.05)
     vocab = load_vocab(REAL_VOCAB)
@@ -419,3 +451,34 @@ def test_real_vocab_and_corpus(tmp_path):
     assert np.mean([sum(mask) for _, mask, _ in train]) > 64
     # About 10% single-segment by the draw, plus short documents and truncation.
     assert 0.08 < manifest["single_segment_fraction"] < 0.6
+
+
+@pytest.mark.slow
+def test_peak_memory_is_bounded_with_a_10mb_line(tmp_path, vocab_file):
+    # After a warm-up build (TensorFlow and the tokenizer initialised), a corpus with a 10 MB
+    # line and no newline in it must not raise peak RSS by more than a few tens of MB: the line
+    # is cut into 1 MiB pieces and tokenised a piece at a time.
+    warm, big = tmp_path / "warm", tmp_path / "big"
+    write_corpus(warm, [5])
+    big.mkdir()
+    with open(big / "long.txt", "wb") as f:
+        f.write(b"w1 w2 w3.\n" * 1000 + b"x" * (10 << 20) + b"\nw4 w5\n")
+    script = textwrap.dedent(f"""
+        import os, resource, sys
+        sys.path.insert(0, {REPO_ROOT!r})
+        from electra_tf.data.builder import BuildConfig, build_dataset
+        def run(corpus, out):
+            return build_dataset(BuildConfig(corpus_dir=corpus, vocab_file={vocab_file!r},
+                                             output_dir=out, max_seq_length=32))
+        run({str(warm)!r}, {str(tmp_path / "out_warm")!r})
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        manifest = run({str(big)!r}, {str(tmp_path / "out_big")!r})
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(manifest["counts"]["lines_split"], (peak - base) // 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines_split, delta_mb = map(int, out.stdout.split()[-2:])
+    assert lines_split == 1
+    assert delta_mb < 60, f"peak RSS grew by {delta_mb} MB"

@@ -40,7 +40,7 @@ def seq(start, n):
 
 
 def feed(builder, sentences):
-    """Adds sentences; returns the examples emitted, with the index of the sentence emitting each."""
+    """Adds sentences; returns (index of the emitting sentence, example) pairs."""
     out = []
     for i, s in enumerate(sentences):
         ex = builder.add_sentence(s)

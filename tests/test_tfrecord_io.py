@@ -1,4 +1,4 @@
-"""TFRecord format: fast serialisation equals tf.train.Example, official parsing, manifest helpers."""
+"""TFRecord format: fast serialisation equals tf.train.Example; official parsing; manifest."""
 
 import json
 import os
@@ -16,18 +16,18 @@ from electra_tf.data.tfrecord_io import (FEATURE_NAMES, ExampleSerializer, Manif
 CLS, SEP = 101, 102
 
 
-def random_examples(n, max_len, seed=0):
+def random_examples(n, max_len, seed=0, top_id=2 ** 32):
     rng = random.Random(seed)
     out = []
     for i in range(n):
         n_first = rng.randint(1, max_len - 2)
         n_second = rng.randint(0, max(0, max_len - n_first - 3))
         # Ids of every varint width (1..5 bytes), including 0 and the largest 32-bit id.
-        top = [2 ** 7, 2 ** 14, 2 ** 21, 2 ** 28, 2 ** 31][i % 5]
+        top = [2 ** 7, 2 ** 14, 2 ** 21, 2 ** 28, top_id][i % 5]
         first = [rng.randrange(top) for _ in range(n_first)]
         second = [rng.randrange(top) for _ in range(n_second)]
         out.append(PackedExample(first, second, 0))
-    out.append(PackedExample([0, 2 ** 31 - 1], [], 0))
+    out.append(PackedExample([0, top_id - 1], [], 0))
     out.append(PackedExample(list(range(max_len - 2)), [], 0))  # exactly full
     return out
 
@@ -45,7 +45,7 @@ def test_fast_serialisation_equals_tf_train_example_bytes(max_len):
 
 def test_parse_with_official_feature_spec_round_trip():
     max_len = 16
-    examples = random_examples(50, max_len, seed=3)
+    examples = random_examples(50, max_len, seed=3, top_id=2 ** 31)  # int32 after parsing
     records = ExampleSerializer(max_len, CLS, SEP).serialize(examples)
     spec = {name: tf.io.FixedLenFeature([max_len], tf.int64) for name in FEATURE_NAMES}
     for ex, record in zip(examples, records):
@@ -68,7 +68,7 @@ def test_parse_with_official_feature_spec_round_trip():
 
 def test_tfrecord_file_round_trip(tmp_path):
     max_len = 32
-    examples = random_examples(20, max_len, seed=5)
+    examples = random_examples(20, max_len, seed=5, top_id=2 ** 31)
     path = str(tmp_path / shard_name("pretrain_data.tfrecord", 0, 1))
     with tf.io.TFRecordWriter(path) as writer:
         for record in ExampleSerializer(max_len, CLS, SEP).serialize(examples):
@@ -78,9 +78,13 @@ def test_tfrecord_file_round_trip(tmp_path):
     assert ids.tolist() == [example_features(ex, max_len, CLS, SEP)["input_ids"] for ex in examples]
 
 
-def test_serializer_rejects_over_long_examples():
+def test_serializer_rejects_over_long_examples_and_ids_out_of_range():
     with pytest.raises(ValueError, match="exceeds max_seq_length 8"):
         ExampleSerializer(8, CLS, SEP).serialize([PackedExample([1] * 5, [2], 0)])
+    with pytest.raises(ValueError, match="token ids must be in"):
+        ExampleSerializer(8, CLS, SEP).serialize([PackedExample([2 ** 32], [], 0)])
+    with pytest.raises(ValueError, match="token ids must be in"):
+        ExampleSerializer(8, CLS, SEP).serialize([PackedExample([-1], [], 0)])
 
 
 def test_shard_name_is_official():

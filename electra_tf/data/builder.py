@@ -76,7 +76,7 @@ OFFICIAL_NUM_OUT_FILES = 1000
 DEFAULT_BYTES_PER_SHARD = 8 << 20
 MIN_DEFAULT_SHARDS = 4
 HISTOGRAM_BUCKET_WIDTH = 8  # example lengths (incl. specials) are counted in buckets 1-8, 9-16, ...
-SERIALIZE_BATCH = 512  # examples serialised per call (amortises numpy overhead)
+SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
 PROGRESS_INTERVAL_SECONDS = 2.0
 _WORKER_REPORT_SECONDS = 0.5
 _TMP_PREFIX = ".partial-"  # hidden: never matched by the trainer's `pretrain_data.tfrecord*` glob
@@ -186,9 +186,12 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
     corpus_dir = config.corpus_dir or DEFAULT_CORPUS_DIR
     vocab_file = config.vocab_file
     if vocab_file is None:
-        if config.learn_vocab is not None:
-            data_dir = os.path.dirname(os.path.abspath(config.output_dir))
-            vocab_file = os.path.join(os.path.relpath(data_dir), "vocab.txt")
+        if config.learn_vocab is not None:  # official layout: DATA_DIR/vocab.txt
+            output_dir = os.path.normpath(config.output_dir)
+            data_dir = os.path.dirname(output_dir)
+            if not data_dir or os.path.basename(output_dir) in (".", ".."):
+                data_dir = os.path.dirname(os.path.abspath(output_dir))
+            vocab_file = os.path.join(data_dir, "vocab.txt")
         else:
             vocab_file = DEFAULT_VOCAB_FILE
     out, corpus = os.path.realpath(config.output_dir), os.path.realpath(corpus_dir)
@@ -264,6 +267,9 @@ class _ShardWriter:
         self.stats = stats
         self.pending: List[PackedExample] = []
         self.n_written = 0
+        # Serialise in batches of about SERIALIZE_BATCH_IDS ids: amortises numpy overhead while
+        # bounding memory at any max_seq_length.
+        self.batch_size = max(1, SERIALIZE_BATCH_IDS // serializer.max_seq_length)
 
     def add(self, example: PackedExample) -> None:
         stats = self.stats
@@ -277,7 +283,7 @@ class _ShardWriter:
         stats.truncated_tokens += example.num_dropped
         stats.length_histogram[(n - 1) // HISTOGRAM_BUCKET_WIDTH] += 1
         self.pending.append(example)
-        if len(self.pending) >= SERIALIZE_BATCH:
+        if len(self.pending) >= self.batch_size:
             self.flush()
 
     def flush(self) -> None:
@@ -308,56 +314,58 @@ def _make_tokenizer(vocab: Vocab, do_lower_case: bool, strip_accents: bool):
     return Tokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
 
 
-def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> dict:
-    """Tokenises, packs and writes the files of one job.
+class _Job:
+    """The state of one job: tokenizer, per-split writers and counters."""
 
-    Args:
-        spec: JobSpec.
-        report: called with a cumulative progress snapshot at most every ~0.5 s.
+    def __init__(self, spec: JobSpec):
+        self.spec = spec
+        vocab = load_vocab(spec.vocab_file)
+        if vocab.sha256 != spec.vocab_sha256:
+            raise BuildError(
+                f"vocab file {spec.vocab_file} changed while the dataset was being built")
+        self.unk_id = vocab.special.unk_id
+        self.tokenizer = _make_tokenizer(vocab, spec.do_lower_case, spec.strip_accents)
+        serializer = ExampleSerializer(spec.max_seq_length, vocab.special.cls_id,
+                                       vocab.special.sep_id)
+        num_buckets = math.ceil(spec.max_seq_length / HISTOGRAM_BUCKET_WIDTH)
+        self.stats = {split: SplitStats(length_histogram=[0] * num_buckets)
+                      for split in ("train", "eval")}
+        self.writers = {"train": _ShardWriter(spec.train_shards, serializer, self.stats["train"])}
+        if spec.eval_shards:
+            self.writers["eval"] = _ShardWriter(spec.eval_shards, serializer, self.stats["eval"])
+        self.read_stats = ReadStats()
+        self.tokenized_tokens = 0
+        self.unk_tokens = 0
+        self.files_done = 0
 
-    Returns:
-        A picklable dict: read stats, per-split stats, token and [UNK] counts, and the example
-        count of every shard written (by global shard index).
-    """
-    vocab = load_vocab(spec.vocab_file)
-    if vocab.sha256 != spec.vocab_sha256:
-        raise BuildError(f"vocab file {spec.vocab_file} changed while the dataset was being built")
-    tokenizer = _make_tokenizer(vocab, spec.do_lower_case, spec.strip_accents)
-    serializer = ExampleSerializer(spec.max_seq_length, vocab.special.cls_id, vocab.special.sep_id)
-    num_buckets = math.ceil(spec.max_seq_length / HISTOGRAM_BUCKET_WIDTH)
-    stats = {split: SplitStats(length_histogram=[0] * num_buckets) for split in ("train", "eval")}
-    writers = {"train": _ShardWriter(spec.train_shards, serializer, stats["train"])}
-    if spec.eval_shards:
-        writers["eval"] = _ShardWriter(spec.eval_shards, serializer, stats["eval"])
-    read_stats = ReadStats()
-    counters = {"tokenized_tokens": 0, "unk_tokens": 0, "files": 0}
-    unk_id = vocab.special.unk_id
-    last_report = time.monotonic()
+    def snapshot(self) -> dict:
+        """Cumulative progress counters."""
+        return {"files": self.files_done, "bytes": self.read_stats.bytes_read,
+                "documents": self.stats["train"].documents + self.stats["eval"].documents,
+                "examples": self.stats["train"].examples + self.stats["eval"].examples,
+                "tokens": self.tokenized_tokens}
 
-    def snapshot() -> dict:
-        return {"files": counters["files"], "bytes": read_stats.bytes_read,
-                "documents": stats["train"].documents + stats["eval"].documents,
-                "examples": stats["train"].examples + stats["eval"].examples,
-                "tokens": counters["tokenized_tokens"]}
-
-    for corpus_file in spec.files:
+    def pack_file(self, corpus_file: CorpusFile, report: Callable[[], None]) -> None:
+        """Reads, tokenises and packs one file with its own seeded builders (see module doc)."""
+        spec, stats, writers = self.spec, self.stats, self.writers
         builders = {split: ExampleBuilder(spec.max_seq_length, random.Random(
             derive_seed(spec.seed, "pack", split, corpus_file.relpath))) for split in writers}
         split_rng = random.Random(derive_seed(spec.seed, "split", corpus_file.relpath))
         split = None  # the split of the open document; None between documents
         try:
-            for lines in iter_line_batches(corpus_file.path, read_stats):
+            for lines in iter_line_batches(corpus_file.path, self.read_stats):
                 nonblank = [line for line in lines if line]
                 if nonblank:
-                    ids, row_splits = tokenizer.encode_batch(nonblank)
-                    counters["tokenized_tokens"] += int(ids.shape[0])
-                    counters["unk_tokens"] += int(np.count_nonzero(ids == unk_id))
+                    ids, row_splits = self.tokenizer.encode_batch(nonblank)
+                    self.tokenized_tokens += int(ids.shape[0])
+                    self.unk_tokens += int(np.count_nonzero(ids == self.unk_id))
                     ids, row_splits = ids.tolist(), row_splits.tolist()
                 k = 0
                 for line in lines:
                     if not line:
-                        # Official: blank lines are passed to the builder only when they separate
-                        # documents; between documents they would only append an empty sentence.
+                        # Official: blank lines reach the builder only when they separate
+                        # documents (between documents they would append an empty sentence,
+                        # which changes nothing).
                         if spec.blanks_separate_docs and split is not None:
                             example = builders[split].end_document()
                             if example:
@@ -374,10 +382,7 @@ def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> d
                     k += 1
                     if example:
                         writers[split].add(example)
-                now = time.monotonic()
-                if report is not None and now - last_report >= _WORKER_REPORT_SECONDS:
-                    report(snapshot())
-                    last_report = now
+                report()
         except OSError as e:
             raise BuildError(
                 f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
@@ -385,18 +390,46 @@ def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> d
             example = builders[split].end_document()
             if example:
                 writers[split].add(example)
-        counters["files"] += 1
-    shard_counts = {split: writer.close() for split, writer in writers.items()}
+        self.files_done += 1
+
+    def finish(self) -> dict:
+        shard_counts = {split: writer.close() for split, writer in self.writers.items()}
+        return {
+            "read": dataclasses.asdict(self.read_stats),
+            "splits": {split: dataclasses.asdict(s) for split, s in self.stats.items()},
+            "tokenized_tokens": self.tokenized_tokens,
+            "unk_tokens": self.unk_tokens,
+            "files": self.files_done,
+            "shard_counts": shard_counts,
+        }
+
+
+def run_job(spec: JobSpec, report: Optional[Callable[[dict], None]] = None) -> dict:
+    """Tokenises, packs and writes the files of one job.
+
+    Args:
+        spec: JobSpec.
+        report: called with a cumulative progress snapshot at most every ~0.5 s.
+
+    Returns:
+        A picklable dict: read stats, per-split stats, token and [UNK] counts, and the example
+        count of every shard written (by global shard index).
+    """
+    job = _Job(spec)
+    last_report = [time.monotonic()]
+
+    def maybe_report() -> None:
+        now = time.monotonic()
+        if report is not None and now - last_report[0] >= _WORKER_REPORT_SECONDS:
+            report(job.snapshot())
+            last_report[0] = now
+
+    for corpus_file in spec.files:
+        job.pack_file(corpus_file, maybe_report)
+    result = job.finish()
     if report is not None:
-        report(snapshot())
-    return {
-        "read": dataclasses.asdict(read_stats),
-        "splits": {split: dataclasses.asdict(s) for split, s in stats.items()},
-        "tokenized_tokens": counters["tokenized_tokens"],
-        "unk_tokens": counters["unk_tokens"],
-        "files": counters["files"],
-        "shard_counts": shard_counts,
-    }
+        report(job.snapshot())
+    return result
 
 
 def _job_process(spec: JobSpec, messages) -> None:
@@ -415,27 +448,32 @@ def _job_process(spec: JobSpec, messages) -> None:
 
 
 class _Progress:
-    """Aggregates per-job snapshots and logs a line at most every `interval` seconds."""
+    """Aggregates per-job snapshots and logs a line at most every `interval` seconds.
 
-    def __init__(self, num_files: int, interval: float, start: float):
+    The rate shown is over the last interval (worker start-up does not dilute it).
+    """
+
+    def __init__(self, num_files: int, corpus_bytes: int, interval: float):
         self.num_files = num_files
+        self.corpus_bytes = corpus_bytes
         self.interval = interval
-        self.start = start
-        self.last = start
+        self.last_time = time.monotonic()
+        self.last_tokens = 0
         self.snapshots: Dict[int, dict] = {}
 
     def update(self, job: int, snapshot: dict) -> None:
         self.snapshots[job] = snapshot
         now = time.monotonic()
-        if now - self.last >= self.interval:
-            self.last = now
-            total = {k: sum(s[k] for s in self.snapshots.values())
-                     for k in ("files", "bytes", "documents", "examples", "tokens")}
-            elapsed = max(now - self.start, 1e-9)
-            logger.info(
-                "progress: files %d/%d, %.1f MB read, documents %d, examples %d, "
-                "%.0f tokens/s", total["files"], self.num_files, total["bytes"] / 1e6,
-                total["documents"], total["examples"], total["tokens"] / elapsed)
+        if now - self.last_time < self.interval:
+            return
+        total = {k: sum(s[k] for s in self.snapshots.values())
+                 for k in ("files", "bytes", "documents", "examples", "tokens")}
+        rate = (total["tokens"] - self.last_tokens) / max(now - self.last_time, 1e-9)
+        self.last_time, self.last_tokens = now, total["tokens"]
+        logger.info(
+            "progress: files %d/%d, %.1f/%.1f MB, documents %d, examples %d, %.0f tokens/s",
+            total["files"], self.num_files, total["bytes"] / 1e6, self.corpus_bytes / 1e6,
+            total["documents"], total["examples"], rate)
 
 
 def _run_jobs(specs: List[JobSpec], progress: _Progress) -> List[dict]:
@@ -466,13 +504,15 @@ def _run_jobs(specs: List[JobSpec], progress: _Progress) -> List[dict]:
                 raise BuildError(payload)
             else:
                 raise RuntimeError(f"worker process {job} failed:\n{payload}")
-        for p in processes:
-            p.join()
     finally:
+        # A worker sends "done" after closing its shards, so none is still writing here; one
+        # still alive is only tearing TensorFlow down (or failed): stop it rather than wait.
         for p in processes:
+            if p.pid is None:  # never started
+                continue
             if p.is_alive():
                 p.terminate()
-                p.join()
+            p.join()
         messages.close()
     return [results[j] for j in range(len(specs))]
 
@@ -531,8 +571,11 @@ def _learn_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
         os.makedirs(parent, exist_ok=True)
     logger.info("learning a WordPiece vocab of %d tokens from %d files into %s",
                 config.learn_vocab, len(files), config.vocab_file)
-    learn_vocab([f.path for f in files], config.learn_vocab, config.vocab_file,
-                do_lower_case=config.do_lower_case, strip_accents=config.strip_accents)
+    try:
+        learn_vocab([f.path for f in files], config.learn_vocab, config.vocab_file,
+                    do_lower_case=config.do_lower_case, strip_accents=config.strip_accents)
+    except ValueError as e:  # e.g. a size too small for the specials and the alphabet
+        raise BuildError(f"--learn-vocab {config.learn_vocab}: {e}") from e
 
 
 class _Plan(NamedTuple):
@@ -607,7 +650,7 @@ def build_dataset(config: BuildConfig) -> dict:
     created_dir = not os.path.isdir(config.output_dir)
     os.makedirs(config.output_dir, exist_ok=True)
     try:
-        results = _run_jobs(specs, _Progress(len(files), config.progress_interval, start))
+        results = _run_jobs(specs, _Progress(len(files), corpus_bytes, config.progress_interval))
         totals = _merge_results(results, config.max_seq_length)
         if totals.splits["train"].examples == 0:
             raise BuildError(
@@ -626,6 +669,10 @@ def build_dataset(config: BuildConfig) -> dict:
                          time.monotonic() - start)
     _write_json_atomic(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     train, evals = manifest["splits"]["train"], manifest["splits"]["eval"]
+    if config.eval_fraction > 0 and not evals["examples"]:
+        logger.warning("no document was held out for eval (%d documents, --eval-fraction %g): "
+                       "there are no eval shards", manifest["counts"]["documents"],
+                       config.eval_fraction)
     logger.info(
         "done: %d train examples in %d shards, %d eval examples in %d shards, %d documents, "
         "%d tokens in %.1f s (%.0f tokens/s) -> %s", train["examples"], len(train["shards"]),

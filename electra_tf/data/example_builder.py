@@ -156,7 +156,7 @@ def example_features(example: PackedExample, max_length: int, cls_id: int, sep_i
 
     input_ids = [CLS] + first + [SEP] (+ second + [SEP]); segment_ids are 0 through the first
     [SEP] and 1 after it; input_mask is 1 on real tokens; all zero-padded to `max_length`.
-    This is the readable reference; `tfrecord_io.serialize_examples` is the fast path.
+    This is the readable reference; `tfrecord_io.ExampleSerializer` is the fast path.
 
     Returns:
         {"input_ids", "input_mask", "segment_ids"}: each a list of `max_length` ints.

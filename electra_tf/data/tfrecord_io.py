@@ -38,7 +38,6 @@ EVAL_PREFIX = "eval_data.tfrecord"
 _TAG_FIELD1 = b"\x0a"  # Example.features, Features.feature (map entry), map key, Int64List.value
 _TAG_FIELD2 = b"\x12"  # map entry value
 _TAG_FIELD3 = b"\x1a"  # Feature.int64_list
-_VARINT_MAX_BYTES = 5  # token ids are < 2**35, so at most 5 varint bytes each
 
 
 class ManifestError(ValueError):
@@ -102,19 +101,6 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _varint_batch(values: np.ndarray):
-    """Varint-encodes non-negative ints. Returns (bytes of all values, bytes-per-value array)."""
-    values = values.astype(np.uint64, copy=False)
-    num_bytes = np.ones(values.shape, dtype=np.int64)
-    for k in range(1, _VARINT_MAX_BYTES):
-        num_bytes += values >= (1 << (7 * k))
-    shifts = np.arange(_VARINT_MAX_BYTES, dtype=np.uint64) * np.uint64(7)
-    groups = ((values[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    position = np.arange(_VARINT_MAX_BYTES)
-    groups[position[None, :] < (num_bytes[:, None] - 1)] |= 0x80  # continuation bits
-    return groups[position[None, :] < num_bytes[:, None]].tobytes(), num_bytes
-
-
 def _entry(name: str, packed_length: int) -> bytes:
     """Framing of one map entry of `Features.feature` up to (excluding) its packed values."""
     int64_list_len = 1 + len(_varint(packed_length)) + packed_length
@@ -126,8 +112,39 @@ def _entry(name: str, packed_length: int) -> bytes:
     return _TAG_FIELD1 + _varint(entry_len) + body
 
 
+def _varint_batch(values: np.ndarray):
+    """Varint-encodes ids in [0, 2**32), vectorised (a few ns per id).
+
+    Returns:
+        (bytes of all varints, in order; int64 [n] byte count of each value).
+    """
+    if values.size and (values.min() < 0 or values.max() >= 1 << 32):
+        raise ValueError(f"token ids must be in [0, 2**32), got {values.min()}..{values.max()}")
+    values = values.astype(np.uint32, copy=False)
+    top = int(values.max()) if values.size else 0
+    width = 1
+    while top >= 1 << (7 * width):
+        width += 1
+    groups = np.empty((values.shape[0], width), np.uint8)
+    num_bytes = np.ones(values.shape[0], np.int64)
+    for b in range(width):
+        group = (values >> np.uint32(7 * b)) & np.uint32(0x7F)
+        if b + 1 < width:
+            more = values >= np.uint32(1 << (7 * (b + 1)))
+            num_bytes += more
+            group |= more.astype(np.uint32) << np.uint32(7)  # continuation bit
+        groups[:, b] = group
+    keep = np.arange(width) < num_bytes[:, None]
+    return groups[keep].tobytes(), num_bytes
+
+
 class ExampleSerializer:
     """Fast `tf.train.Example` encoder for packed examples of one `max_seq_length`.
+
+    The varints of all ids of a batch are computed at once with numpy; each record is then one
+    `bytes.join` of a memoised prefix (Example and input_ids framing, which depends only on the
+    packed input_ids length), the id bytes, and the input_mask / segment_ids payloads, whose
+    values are 0/1 (one varint byte each) so their framing is constant.
 
     Args:
         max_seq_length: int. Feature length (padding with 0).
@@ -139,56 +156,59 @@ class ExampleSerializer:
         self.max_seq_length = max_seq_length
         self.cls_id = cls_id
         self.sep_id = sep_id
-        # input_mask and segment_ids values are 0/1, one varint byte each: their packed payload is
-        # always max_seq_length bytes, so their framing is a constant.
         self._mask_head = _entry("input_mask", max_seq_length)
         self._segment_head = _entry("segment_ids", max_seq_length)
+        self._tail_len = len(self._mask_head) + len(self._segment_head) + 2 * max_seq_length
         self._ones = b"\x01" * max_seq_length
         self._zeros = b"\x00" * max_seq_length
-        self._ids_heads: Dict[int, bytes] = {}  # memo: packed input_ids length -> framing
+        self._prefixes: Dict[int, bytes] = {}  # memo: packed input_ids length -> record prefix
+
+    def _prefix(self, packed_ids_len: int) -> bytes:
+        ids_entry = _entry("input_ids", packed_ids_len)
+        features_len = len(ids_entry) + packed_ids_len + self._tail_len
+        prefix = _TAG_FIELD1 + _varint(features_len) + ids_entry
+        self._prefixes[packed_ids_len] = prefix
+        return prefix
 
     def serialize(self, examples: Sequence[PackedExample]) -> List[bytes]:
         """Serialises a batch of examples; returns one `tf.train.Example` byte string each."""
         if not examples:
             return []
         length = self.max_seq_length
+        cls_id, sep_id = self.cls_id, self.sep_id
         flat: List[int] = []
         num_real = []
         num_first = []  # [CLS] + first + [SEP]
         for first, second, _ in examples:
-            flat.append(self.cls_id)
+            flat.append(cls_id)
             flat += first
-            flat.append(self.sep_id)
+            flat.append(sep_id)
             n = len(first) + 2
             num_first.append(n)
             if second:
                 flat += second
-                flat.append(self.sep_id)
+                flat.append(sep_id)
                 n += len(second) + 1
             if n > length:
                 raise ValueError(f"example of {n} ids exceeds max_seq_length {length}")
             num_real.append(n)
         encoded, bytes_per_id = _varint_batch(np.asarray(flat, dtype=np.int64))
-        ends = np.cumsum(bytes_per_id)
-        example_ends = ends[np.cumsum(num_real) - 1].tolist()
+        ends = np.cumsum(bytes_per_id)[np.cumsum(num_real) - 1].tolist()
 
         out = []
         start = 0
         zeros, ones = self._zeros, self._ones
-        ids_heads = self._ids_heads
+        prefixes = self._prefixes
         mask_head, segment_head = self._mask_head, self._segment_head
-        for n, n_first, end in zip(num_real, num_first, example_ends):
+        for n, n_first, end in zip(num_real, num_first, ends):
             pad = length - n
             packed_ids_len = end - start + pad
-            ids_head = ids_heads.get(packed_ids_len)
-            if ids_head is None:
-                ids_head = ids_heads[packed_ids_len] = _entry("input_ids", packed_ids_len)
-            features = b"".join((
-                ids_head, encoded[start:end], zeros[:pad],
+            prefix = prefixes.get(packed_ids_len) or self._prefix(packed_ids_len)
+            out.append(b"".join((
+                prefix, encoded[start:end], zeros[:pad],
                 mask_head, ones[:n], zeros[:pad],
                 segment_head, zeros[:n_first], ones[:n - n_first], zeros[:pad],
-            ))
-            out.append(_TAG_FIELD1 + _varint(len(features)) + features)
+            )))
             start = end
         return out
 
