@@ -1,0 +1,159 @@
+"""`python -m electra_tf.convert`: convert ELECTRA checkpoints between formats.
+
+Subcommands:
+  from-google   Google's TF1 checkpoint (e.g. the released electra_small) -> a model directory
+                that run_pretraining.py continues from
+  to-hf         model directory -> Hugging Face transformers directory (safetensors)
+  to-keras-hub  model directory -> keras-hub ElectraBackbone preset
+  to-google     model directory -> Google's TF1 checkpoint (official variable names)
+
+Examples:
+  python -m electra_tf.convert from-google --checkpoint electra_small/electra_small \\
+      --vocab-file electra_small/vocab.txt --output-dir pretrain_data/models/electra_small \\
+      --hparams '{"generator_hidden_size": 1.0}'
+  python -m electra_tf.convert to-hf --model-dir pretrain_data/models/electra_small --output-dir hf_small
+  python -m electra_tf.convert to-hf --model-dir pretrain_data/models/electra_small \\
+      --output-dir hf_small_generator --part generator
+  python -m electra_tf.convert to-keras-hub --model-dir pretrain_data/models/electra_small --output-dir kh_small
+  python -m electra_tf.convert to-google --model-dir pretrain_data/models/electra_small --output-dir tf1_small
+
+See docs/conversion.md for the name mapping, the continued-pretraining learning rate and the
+measured numerical parity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PROG = "python -m electra_tf.convert"
+EXIT_USER_ERROR = 2  # argparse's status for bad usage
+PARTS = ("discriminator", "generator")
+
+
+def _add_common_export(parser: argparse.ArgumentParser, with_part: bool) -> None:
+    parser.add_argument("--model-dir", required=True,
+                        help="electra-tf model directory (DATA_DIR/models/NAME: config.json, vocab.txt, "
+                             "checkpoints)")
+    parser.add_argument("--output-dir", required=True, help="directory to write")
+    if with_part:
+        parser.add_argument("--part", choices=PARTS, default="discriminator",
+                            help="which network to export (default: %(default)s)")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint prefix to read (default: the latest in --model-dir, else "
+                             "its init_checkpoint/ from from-google)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the files this command writes if they exist (nothing else in "
+                             "--output-dir is touched)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=formatter,
+                                     epilog="exit status: 0 done, 2 bad input (one line on stderr)")
+    parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "from-google", formatter_class=formatter,
+        help="import Google's TF1 checkpoint into a model directory",
+        description="Import an official ELECTRA TF1 checkpoint (generator, discriminator and heads; "
+                    "optimizer slots skipped) into DATA_DIR/models/NAME, which run_pretraining.py "
+                    "then continues from (fresh optimizer, step = the checkpoint's global_step).\n"
+                    "Sizes are read from the variable shapes and checked against --model-size / "
+                    "--hparams; a mismatch names the variable and both shapes. A checkpoint without "
+                    "generator/* and generator_predictions/* gets a freshly initialised generator.\n\n"
+                    "Continuing the released ELECTRA-Small (official README): --hparams "
+                    "'{\"generator_hidden_size\": 1.0}' here, then run_pretraining.py with "
+                    "num_train_steps 4010000 and learning_rate 2e-4 * (4e6 + 10000) / 10000 "
+                    "(the command is printed at the end).")
+    p.add_argument("--checkpoint", required=True,
+                   help="checkpoint prefix (e.g. electra_small/electra_small) or its directory")
+    p.add_argument("--vocab-file", required=True, help="the vocab.txt the checkpoint was trained with")
+    p.add_argument("--output-dir", required=True,
+                   help="model directory to create, normally DATA_DIR/models/NAME")
+    p.add_argument("--hparams", default=None,
+                   help="JSON object (or .json file) of hparams for the continued run; sizes given "
+                        "here are checked against the checkpoint")
+    p.add_argument("--model-size", choices=("small", "base", "large"), default=None,
+                   help="expected model size (checked against the checkpoint; default: inferred)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a previous import in --output-dir (config.json, vocab.txt, "
+                        "init_checkpoint/)")
+
+    p = sub.add_parser("to-hf", formatter_class=formatter,
+                       help="export to Hugging Face transformers (safetensors)",
+                       description="Write one network as a transformers directory: the discriminator "
+                                   "for ElectraForPreTraining / ElectraModel, the generator for "
+                                   "ElectraForMaskedLM (config.json, model.safetensors, vocab.txt, "
+                                   "tokenizer config for AutoTokenizer).")
+    _add_common_export(p, with_part=True)
+
+    p = sub.add_parser("to-keras-hub", formatter_class=formatter,
+                       help="export to a keras-hub ElectraBackbone preset",
+                       description="Write one network as a keras_hub.models.ElectraBackbone preset "
+                                   "(config.json, model.weights.h5, tokenizer). ElectraBackbone uses "
+                                   "the tanh-approximate GELU, so outputs differ slightly from "
+                                   "ELECTRA's exact GELU (docs/conversion.md); its pooler has no "
+                                   "ELECTRA counterpart and stays initialised.")
+    _add_common_export(p, with_part=True)
+
+    p = sub.add_parser("to-google", formatter_class=formatter,
+                       help="export to Google's TF1 checkpoint format",
+                       description="Write the whole model (generator, discriminator, heads) as a TF1 "
+                                   "checkpoint with the official variable names and shapes "
+                                   "(model.ckpt-STEP, checkpoint, vocab.txt), for the official code "
+                                   "and every tool that reads it.")
+    _add_common_export(p, with_part=False)
+    return parser
+
+
+def run(args: argparse.Namespace) -> None:
+    """Runs the chosen subcommand (heavy imports happen here, after argument parsing)."""
+    if args.command == "from-google":
+        from electra_tf.convert.google import import_google_checkpoint
+
+        import_google_checkpoint(args.checkpoint, args.vocab_file, args.output_dir,
+                                 hparams=args.hparams, model_size=args.model_size,
+                                 overwrite=args.overwrite)
+    elif args.command == "to-hf":
+        from electra_tf.convert.hf import export_hf
+
+        export_hf(args.model_dir, args.output_dir, part=args.part, checkpoint=args.checkpoint,
+                  overwrite=args.overwrite)
+    elif args.command == "to-keras-hub":
+        from electra_tf.convert.keras_hub import export_keras_hub
+
+        export_keras_hub(args.model_dir, args.output_dir, part=args.part, checkpoint=args.checkpoint,
+                         overwrite=args.overwrite)
+    else:
+        from electra_tf.convert.google import export_google_checkpoint
+
+        export_google_checkpoint(args.model_dir, args.output_dir, checkpoint=args.checkpoint,
+                                 overwrite=args.overwrite)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    level = logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("electra_tf").setLevel(level)
+    from electra_tf.config import ConfigError
+    from electra_tf.convert.names import ConversionError
+    from electra_tf.vocab import VocabError
+
+    try:
+        run(args)
+    except (ConversionError, ConfigError, VocabError) as e:
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
