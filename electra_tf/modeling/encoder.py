@@ -54,6 +54,7 @@ from typing import Optional
 
 import keras
 import keras_hub
+import tensorflow as tf
 
 from electra_tf.modeling.embeddings import (
     LAYER_NORM_EPSILON,
@@ -61,6 +62,18 @@ from electra_tf.modeling.embeddings import (
     get_activation,
     truncated_normal,
 )
+
+
+# When True (default), `TransformerLayer` runs its fused forward pass (`_fused_call`); False runs
+# keras-hub's own `TransformerEncoder.call` on the same variables. The two compute the same
+# function with the same dropout masks (tests/test_speed_equivalence.py); the switch exists so
+# tests can compare them.
+FUSED_BLOCK = True
+
+# keras.layers.Softmax replaces masked attention scores by this value (keras `_large_negative_number`
+# for float32 and bfloat16); the fused block adds it instead, which gives the same float
+# probabilities whenever a row has at least one unmasked key (-1e9 + score rounds to -1e9).
+_MASKED_SCORE = -1e9
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -99,6 +112,71 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         attention = self._self_attention_layer
         attention._dropout = self.attention_dropout
         attention._dropout_layer.rate = self.attention_dropout
+
+    def call(self, inputs, padding_mask=None, attention_mask=None, training=None,
+             return_attention_scores=False):
+        if (not FUSED_BLOCK or attention_mask is not None or return_attention_scores
+                or self.normalize_first or inputs.shape[-1] is None):
+            return super().call(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
+                                training=training, return_attention_scores=return_attention_scores)
+        return self._fused_call(inputs, padding_mask, bool(training))
+
+    def _fused_call(self, x, padding_mask, training):
+        """keras-hub's post-LN block on the same variables, with fewer and larger kernels.
+
+        Same function and same dropout masks as `TransformerEncoder.call` (each Dropout layer's
+        seed generator is advanced and used exactly as keras does), computed with:
+        - one [tokens, H] x [H, 3H] matmul for Q, K and V instead of three einsums;
+        - batched matmuls on [batch, heads, seq, head_size] (one transpose in, one out);
+        - the padding mask added to the scores as a [batch, 1, 1, seq] bias instead of two
+          selects over [batch, heads, seq, seq];
+        - dropout as one multiply by a mask of 0 / (1 / (1 - rate)) (gradient: the same multiply);
+        - LayerNorm with a hand-written gradient (`layer_norm`), in float32 as keras.
+        Measured on ELECTRA-small (2-core CPU): see docs/benchmarks.md.
+        """
+        dtype = self.compute_dtype
+        attention = self._self_attention_layer
+        heads, head_size = attention._num_heads, attention._key_dim
+        width = x.shape[-1]
+        shape = tf.shape(x)
+        batch, seq = shape[0], shape[1]
+        rows = tf.reshape(x, [-1, width])  # [B*L, H]
+
+        def kernel(layer, new_shape):
+            return tf.reshape(tf.cast(layer.kernel, dtype), new_shape)
+
+        def bias(layer):
+            return tf.reshape(tf.cast(layer.bias, dtype), [-1])
+
+        projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+        qkv_kernel = tf.concat([kernel(p, [width, heads * head_size]) for p in projections], 1)
+        qkv_bias = tf.concat([bias(p) for p in projections], 0)
+        qkv = tf.nn.bias_add(tf.matmul(rows, qkv_kernel), qkv_bias)  # [B*L, 3*heads*hs]
+        qkv = tf.transpose(tf.reshape(qkv, [batch, seq, 3, heads, head_size]), [2, 0, 3, 1, 4])
+        query, key, value = qkv[0], qkv[1], qkv[2]  # [B, heads, L, hs]
+        query = query * tf.cast(attention._inverse_sqrt_key_dim, dtype)  # keras scales the query
+        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
+        if padding_mask is not None:
+            keep = tf.cast(tf.cast(padding_mask, tf.bool), dtype)[:, tf.newaxis, tf.newaxis, :]
+            scores = scores + (1.0 - keep) * tf.cast(_MASKED_SCORE, dtype)
+        probs = tf.nn.softmax(scores, axis=-1)
+        probs = dropout(probs, attention._dropout_layer, training)
+        context = tf.matmul(probs, value)  # [B, heads, L, hs]
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
+        out = attention._output_dense
+        attended = tf.nn.bias_add(tf.matmul(context, kernel(out, [heads * head_size, width])),
+                                  bias(out))
+        attended = dropout(attended, self._self_attention_dropout, training) + rows
+        attended = layer_norm(attended, self._self_attention_layer_norm, dtype)
+
+        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
+        hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
+        if inner.activation is not None:
+            hidden = inner.activation(hidden)
+        hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))
+        hidden = dropout(hidden, self._feedforward_dropout, training) + attended
+        hidden = layer_norm(hidden, self._feedforward_layer_norm, dtype)
+        return tf.reshape(hidden, shape)
 
     def get_config(self):
         config = super().get_config()
@@ -278,3 +356,80 @@ class ElectraEncoder(keras.layers.Layer):
             "initializer_range": self.initializer_range,
         })
         return config
+
+
+# ------------------------------------------------------------------------------------------------
+# Kernels of the fused block
+# ------------------------------------------------------------------------------------------------
+def _keras_seed(seed_generator) -> tf.Tensor:
+    """The seed keras' TF backend draws for one random op: next state, as int32 (`_cast_seed`)."""
+    seed = seed_generator.next()
+    if seed.dtype == tf.int32:
+        return seed
+    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+
+
+def dropout(x: tf.Tensor, layer: keras.layers.Dropout, training: bool) -> tf.Tensor:
+    """What `layer(x, training=training)` computes, as x * mask with mask in {0, 1 / (1 - rate)}.
+
+    keras' Dropout (`tf.nn.experimental.stateless_dropout`) draws u ~ U[0, 1) in x's dtype from
+    the layer's seed generator and returns where(u >= rate, x * scale, 0); the same draw gives
+    the same mask here. The multiply's gradient is one multiply by the same mask, where keras'
+    backward pass runs a select and a multiply.
+
+    Args:
+        x: float tensor.
+        layer: the keras Dropout layer whose rate and seed generator to use.
+        training: bool. Dropout only applies when True (and rate > 0).
+
+    Returns:
+        A tensor like x.
+    """
+    rate = layer.rate
+    if not training or rate <= 0:
+        return x
+    if rate >= 1:
+        return tf.zeros_like(x)
+    u = tf.random.stateless_uniform(tf.shape(x), seed=_keras_seed(layer.seed_generator),
+                                    dtype=x.dtype)
+    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
+    mask = tf.where(u >= tf.constant(rate, x.dtype), scale, tf.constant(0.0, x.dtype))
+    return x * mask
+
+
+def layer_norm(x: tf.Tensor, layer: keras.layers.LayerNormalization, dtype) -> tf.Tensor:
+    """`layer(x)` over the last axis (float32 math, result in `dtype`), with a fused gradient.
+
+    Forward: y = (x - mean) * rsqrt(var + epsilon) * gamma + beta, as keras'
+    `ops.layer_normalization` (which computes in at least float32). The gradient is the closed
+    form dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma,
+    instead of differentiating the moments graph op by op.
+
+    Args:
+        x: float tensor [..., H].
+        layer: the keras LayerNormalization (last-axis, center and scale) owning gamma and beta.
+        dtype: the compute dtype of the result.
+    """
+    return tf.cast(_layer_norm(tf.cast(x, tf.float32), tf.cast(layer.gamma, tf.float32),
+                               tf.cast(layer.beta, tf.float32), layer.epsilon), dtype)
+
+
+@tf.custom_gradient
+def _layer_norm(x, gamma, beta, epsilon):
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
+    normalized = centered * rstd
+    y = normalized * gamma + beta
+
+    def grad(dy):
+        reduce_axes = tf.range(tf.rank(dy) - 1)
+        d_gamma = tf.reduce_sum(dy * normalized, axis=reduce_axes)
+        d_beta = tf.reduce_sum(dy, axis=reduce_axes)
+        d_normalized = dy * gamma
+        dx = rstd * (d_normalized - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
+                     - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1,
+                                                   keepdims=True))
+        return dx, d_gamma, d_beta, None
+
+    return y, grad

@@ -89,14 +89,50 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.
     """
     logits = tf.cast(logits, tf.float32)
     weights = tf.cast(masked_lm_weights, tf.float32)
-    # Sparse cross-entropy: the same -log_softmax[target] as the official one-hot product,
-    # without a [B, N, V] one-hot.
-    nll = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(masked_lm_ids, tf.int32), logits=logits)
+    shape = tf.shape(logits)
+    flat = tf.reshape(logits, [-1, shape[-1]])
+    nll, predictions = _softmax_cross_entropy(flat, tf.reshape(tf.cast(masked_lm_ids, tf.int32), [-1]))
+    nll = tf.reshape(nll, shape[:-1])
+    predictions = tf.reshape(predictions, shape[:-1])
     denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
     loss = tf.reduce_sum(weights * nll) / denominator
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
     return MLMLoss(loss=loss, per_position_nll=nll, predictions=predictions)
+
+
+@tf.custom_gradient
+def _softmax_cross_entropy(logits, labels):
+    """-log_softmax(logits)[label] and argmax(logits), row-wise, from one softmax pass.
+
+    The official one-hot product without a [rows, vocab] one-hot. Written out because
+    `tf.nn.sparse_softmax_cross_entropy_with_logits` is a slow scalar kernel on CPU (measured
+    ~7x the oneDNN softmax on [608, 30522]); here the softmax is the vectorised oneDNN kernel and
+    everything else is a row reduction or a gather:
+        nll = log(sum_v exp(l_v - max)) - (l_label - max) = -log(p_argmax) - (l_label - l_argmax),
+    since p_argmax = exp(max - logsumexp) >= 1/vocab never underflows. Gradient: (p - onehot) * g.
+
+    Args:
+        logits: float32 [rows, vocab].
+        labels: int32 [rows].
+
+    Returns:
+        nll: float32 [rows]; predictions: int32 [rows] (argmax, no gradient).
+    """
+    probs = tf.nn.softmax(logits)
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    label_logits = tf.gather(logits, labels, batch_dims=1)
+    max_logits = tf.gather(logits, predictions, batch_dims=1)
+    max_probs = tf.gather(probs, predictions, batch_dims=1)
+    nll = -tf.math.log(max_probs) - (label_logits - max_logits)
+
+    def grad(upstream_nll, upstream_predictions=None):
+        del upstream_predictions  # integer output
+        rows = tf.range(tf.shape(labels)[0], dtype=labels.dtype)
+        index = tf.stack([rows, labels], axis=1)
+        grad_logits = tf.tensor_scatter_nd_sub(probs * upstream_nll[:, tf.newaxis], index,
+                                               upstream_nll)
+        return grad_logits, None
+
+    return (nll, predictions), grad
 
 
 def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTDLoss:

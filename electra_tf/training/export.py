@@ -18,17 +18,28 @@ SavedModel; re-exporting the same run replaces the previous export of that run.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import tempfile
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.data import tfrecord_io
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.vocab import Vocab
 
+logger = logging.getLogger("electra_tf")
+
 EXPORT_DIR_NAME = "export"
+# Copy of the training dataset's manifest kept in the model dir (written by the trainer): it
+# records how the builder tokenised, which `serve_text` must repeat exactly.
+DATASET_MANIFEST_COPY = "dataset_manifest.json"
+# BERT's default when nothing records the setting (the builder's default too).
+DEFAULT_STRIP_ACCENTS = True
 
 
 def _int_spec(name):
@@ -90,11 +101,56 @@ class GeneratorModule(tf.Module):
         return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
 
 
+class TokenizationSettings(NamedTuple):
+    """How the training data was tokenised (what `serve_text` must do to raw text)."""
+
+    do_lower_case: bool
+    strip_accents: bool
+    source: str
+
+
+def tokenization_settings(config: PretrainingConfig) -> TokenizationSettings:
+    """The builder's `do_lower_case` / `strip_accents`, from the dataset manifest.
+
+    Looks at the manifest copy in the model dir (saved when training started), then at the
+    manifest beside the training shards; without either, `config.do_lower_case` and BERT's
+    default accent stripping.
+    """
+    candidates = [os.path.join(config.model_dir, DATASET_MANIFEST_COPY)]
+    if config.pretrain_tfrecords:
+        first_pattern = config.pretrain_tfrecords.split(",")[0].strip()
+        candidates.append(os.path.join(os.path.dirname(first_pattern), tfrecord_io.MANIFEST_NAME))
+    for path in candidates:
+        try:
+            with open(path, encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(manifest, dict) and "do_lower_case" in manifest:
+            return TokenizationSettings(bool(manifest["do_lower_case"]),
+                                        bool(manifest.get("strip_accents", DEFAULT_STRIP_ACCENTS)),
+                                        path)
+    return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
+
+
+def _readable_by_all(path: str) -> None:
+    # mkdtemp creates 0700; an export is meant to be shared (served by another user).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+
+
 def _save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict) -> str:
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
+    tf_logger = logging.getLogger("tensorflow")
+    tf_level = tf_logger.level
     try:
+        _readable_by_all(staging)
+        # While saving, TensorFlow warns about every captured constant's auto-generated name
+        # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
+        tf_logger.setLevel(max(tf_level, logging.ERROR))
         tf.saved_model.save(module, staging, signatures=signatures)
         extra = os.path.join(staging, "assets.extra")
         os.makedirs(extra, exist_ok=True)
@@ -110,6 +166,8 @@ def _save_atomically(module: tf.Module, signatures: dict, target: str, extra_fil
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    finally:
+        tf_logger.setLevel(tf_level)
     return target
 
 
@@ -131,7 +189,11 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
         extra["config.json"] = config_path
     paths = {"discriminator": None, "generator": None}
     if model.discriminator_head is not None:
-        tokenizer = Tokenizer(vocab, do_lower_case=config.do_lower_case)
+        settings = tokenization_settings(config)
+        logger.info("serve_text tokenises with do_lower_case=%s, strip_accents=%s (from %s)",
+                    settings.do_lower_case, settings.strip_accents, settings.source)
+        tokenizer = Tokenizer(vocab, do_lower_case=settings.do_lower_case,
+                              strip_accents=settings.strip_accents)
         module = DiscriminatorModule(model.discriminator, model.discriminator_head, tokenizer,
                                      config.max_seq_length)
         paths["discriminator"] = _save_atomically(

@@ -287,6 +287,22 @@ class _DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
         return super().from_config(dict(config), custom_objects=custom_objects)
 
 
+def _fusable_handles(variable, m, v):
+    """(var handle, m handle, v handle, var) when all three are plain resource variables, else None.
+
+    The fused kernels take resource handles, which are only unambiguous for ordinary (one-device)
+    variables; distributed variables (MirroredStrategy) keep the per-op path, whose assignments
+    go through tf.distribute's update context.
+    """
+    values = [getattr(x, "value", x) if isinstance(x, keras.Variable) else x
+              for x in (variable, m, v)]
+    for x in values:
+        if (isinstance(x, tf.distribute.DistributedValues) or not isinstance(x, tf.Variable)
+                or not hasattr(x, "handle")):
+            return None
+    return values[0].handle, values[1].handle, values[2].handle, values[0]
+
+
 @keras.saving.register_keras_serializable(package="electra_tf")
 class AdamWeightDecay(_DecoupledWeightDecayOptimizer):
     """The official AdamWeightDecayOptimizer (parity item 31).
@@ -327,12 +343,41 @@ class AdamWeightDecay(_DecoupledWeightDecayOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
+        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
+        handles = _fusable_handles(variable, self._adam_m[index], self._adam_v[index])
+        if handles is not None:
+            self._fused_update(gradient, handles, lr, index)
+            return
         next_m, next_v = self._moments(gradient, variable, index)
         update = next_m / (tf.sqrt(next_v) + tf.cast(self.epsilon, dtype))
         if self._weight_decay_flags[index]:
             update += tf.cast(self.weight_decay_rate, dtype) * variable
-        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
         self.assign_sub(variable, lr * update)
+
+    def _fused_update(self, gradient, handles, lr, index):
+        """The same update with TensorFlow's fused kernels: one pass over m, v and the weights.
+
+        ResourceApplyAdam computes m, v and var -= lr_t * m / (sqrt(v) + epsilon) in one
+        vectorised loop, with lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power): powers of 0
+        give lr_t = lr, i.e. the official update WITHOUT bias correction. The decoupled decay
+        lr * wd * var is taken from the weights before the Adam step (as official: the step does
+        not read the weights), by one fused var -= alpha * var. Equal to the unfused formula up to
+        float rounding (tests/test_optimization.py compares both with the float64 reference).
+        Measured on ELECTRA-small (13.5M weights, 2-core CPU): ~17 elementwise passes per
+        variable become 1-2.
+        """
+        var_handle, m_handle, v_handle, var = handles
+        dtype = var.dtype
+        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        if self._weight_decay_flags[index]:
+            tf.raw_ops.ResourceApplyGradientDescent(
+                var=var_handle, alpha=lr * tf.cast(self.weight_decay_rate, dtype),
+                delta=var.read_value())
+        zero = tf.constant(0.0, dtype)
+        tf.raw_ops.ResourceApplyAdam(
+            var=var_handle, m=m_handle, v=v_handle, beta1_power=zero, beta2_power=zero, lr=lr,
+            beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype),
+            epsilon=tf.cast(self.epsilon, dtype), grad=gradient)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")

@@ -2,16 +2,26 @@
 
 `run(config)` is what `run_pretraining.py` calls. The order, as the official `train_or_eval`:
 
-1. Set up: strategy (before any other op), precision policy, vocab and dataset checks, the model
-   directory (`config.json` written before step 0; an incompatible existing run is an error).
+1. Set up: strategy (before any other op), vocab and dataset checks (manifest), then the model
+   directory (`config.json` written before step 0; an incompatible existing run is an error;
+   `overwrite` deletes a previous run only after the checks pass), precision policy.
 2. Build the model, optimizer and metrics under the strategy scope; restore the latest checkpoint
    if there is one (same step counter, optimizer slots and learning-rate position).
 3. Train in compiled loops of `iterations_per_loop` steps; after each loop write TensorBoard
-   scalars and a console line (chief only); save a checkpoint every `save_checkpoints_steps`.
+   scalars and a console line (chief only); save a checkpoint every `save_checkpoints_steps` and
+   at the end. A non-finite loss stops the run (`TrainingError`) without saving.
 4. Evaluate on the held-out split (`eval_results.txt`), export SavedModels.
 
-Per-step randomness (masking, sampling) derives from (seed, global step), so a resumed run draws
-exactly what an uninterrupted one would.
+What a checkpoint holds, so that a resumed run is bit-identical to an uninterrupted one: the
+model (incl. the dropout seed-generator states), the optimizer (incl. the step counter), and the
+position of the training data. Per-step randomness (masking, sampling) derives from (seed, global
+step). `tf.distribute` iterators over several devices cannot be checkpointed, so each worker reads
+its own part of the global batch with a plain `tf.data` iterator (checkpointable) and each
+replica slices its rows in the step; a fingerprint of the pipeline (files, batch split, seed) is
+saved with the position, and a run resumed with another batch size or other shards restarts the
+data (reshuffled) instead of failing. Under MultiWorkerMirroredStrategy every worker saves (the
+save is collective); the chief into `model_dir`, the others into `model_dir/workers/worker_<i>`
+(their own data positions).
 """
 
 from __future__ import annotations
@@ -138,16 +148,16 @@ def remove_run(model_dir: str) -> bool:
 
 
 def weights_fingerprint(variables) -> str:
-    """sha256 over the variables' paths, dtypes, shapes and bytes, in the given (fixed) order.
+    """sha256 over the variables' dtypes, shapes and bytes, in the given (fixed) order.
 
     Two runs with this fingerprint equal hold bit-identical weights (used to check that workers
-    end identical and that a resumed run equals an uninterrupted one).
+    end identical and that a resumed run equals an uninterrupted one). Names are left out: Keras
+    numbers some of them per process (`seed_generator_7`), which says nothing about the values.
     """
     digest = hashlib.sha256()
     for variable in variables:
         value = np.asarray(variable.numpy())
-        name = getattr(variable, "path", None) or variable.name
-        digest.update(f"{name}|{value.dtype.str}|{value.shape}|".encode("utf-8"))
+        digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
         digest.update(np.ascontiguousarray(value).tobytes())
     return digest.hexdigest()
 
@@ -202,6 +212,11 @@ class Trainer:
         # An eval- or export-only run reads the run's checkpoint and leaves its config alone.
         prepare_model_dir(config, config.vocab_file, self.vocab.sha256,
                           write=self.chief and config.do_train)
+        if self.chief and config.do_train and self.dataset_summaries["train"]["manifests"]:
+            # Provenance, and how the data was tokenised (the export's serve_text repeats it).
+            from electra_tf.training.export import DATASET_MANIFEST_COPY
+            _copy_atomically(self.dataset_summaries["train"]["manifests"][0],
+                             os.path.join(config.model_dir, DATASET_MANIFEST_COPY))
         keras.mixed_precision.set_global_policy(config.mixed_precision)
         keras.utils.set_random_seed(config.seed)  # weight init and dropout
 
@@ -219,16 +234,34 @@ class Trainer:
         self.train_iterator = None
         self.train_data_key = None
         if config.do_train:
+            self._input = self._input_context()
             self.train_data_key = self._train_data_key()
             self.train_iterator = self._make_train_iterator(config.seed)
         self._make_checkpoint()
+        self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
         self.restored_from = None
-        if self.manager.latest_checkpoint:
-            self._restore(self.manager.latest_checkpoint)
+        path, own_data = self._checkpoint_to_restore()
+        if path:
+            self._restore(path, own_data)
         elif not config.do_train:
-            raise TrainingError(f"no checkpoint in {self._checkpoint_dir()} to "
+            raise TrainingError(f"no checkpoint in {config.model_dir} to "
                                 f"{'evaluate' if config.do_eval else 'export'}: train first "
                                 "(do_train) or check --data-dir / --model-name")
+
+    def _checkpoint_to_restore(self):
+        """(checkpoint path or None, whether its saved data position is this worker's own).
+
+        The chief's latest checkpoint decides the step. A non-chief worker restores its own
+        checkpoint of that same step (which holds its data position); if it has none (killed
+        between the two saves), it takes the chief's weights and restarts its data.
+        """
+        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        if self.chief or latest is None:
+            return latest, True
+        own = self.manager.latest_checkpoint
+        if own is not None and _checkpoint_number(own) == _checkpoint_number(latest):
+            return own, True
+        return latest, False
 
     def _train_data_key(self) -> str:
         """What the saved data position depends on: files, batch split, seed, sequence length.
@@ -240,15 +273,49 @@ class Trainer:
         files = [(os.path.basename(f), tf.io.gfile.stat(f).length)
                  for f in pipeline.list_files(config.pretrain_tfrecords)]
         key = {"files": files, "global_batch": config.train_batch_size,
-               "replicas": self.strategy.num_replicas_in_sync,
-               "workers": getattr(self.strategy.extended, "_num_workers", 1),
+               "replicas": self._input.num_replicas_in_sync,
+               "input_pipelines": self._input.num_input_pipelines,
                "seed": config.seed, "max_seq_length": config.max_seq_length}
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 
+    def _input_context(self) -> tf.distribute.InputContext:
+        """This worker's input pipeline: its index, the number of pipelines and of replicas."""
+        contexts = []
+
+        def capture(input_context):
+            contexts.append(input_context)
+            return tf.data.Dataset.range(1)
+
+        # The strategy itself says which pipeline this worker is (public API, no data read).
+        self.strategy.distribute_datasets_from_function(capture)
+        return contexts[0]
+
     def _make_train_iterator(self, seed: int):
-        return iter(self._distributed_dataset(self.config.pretrain_tfrecords,
-                                               self.config.train_batch_size, is_training=True,
-                                               seed=seed))
+        """A plain (checkpointable) iterator over this worker's batches.
+
+        `tf.distribute` iterators over several devices cannot be checkpointed, so the worker's
+        pipeline yields its local part of the global batch (per-replica batch x local replicas,
+        the examples the distributed iterator would hand its replicas) and each replica takes
+        its slice in the step (`_replica_slice`); the data position is then saved exactly.
+        """
+        config = self.config
+        context = self._input
+        self._local_replicas = context.num_replicas_in_sync // context.num_input_pipelines
+        self._per_replica_batch = context.get_per_replica_batch_size(config.train_batch_size)
+        return iter(pipeline.make_dataset(
+            config.pretrain_tfrecords, batch_size=self._per_replica_batch * self._local_replicas,
+            max_seq_length=config.max_seq_length, is_training=True, seed=seed,
+            input_context=context))
+
+    def _replica_slice(self, local_batch):
+        """This replica's [per_replica_batch, L] rows of the worker's local batch."""
+        if self._local_replicas == 1:
+            return local_batch
+        context = tf.distribute.get_replica_context()
+        # Replicas are numbered worker-major, so the id modulo the local count is the local index.
+        start = (tf.cast(context.replica_id_in_sync_group, tf.int32) % self._local_replicas
+                 ) * self._per_replica_batch
+        return {k: v[start:start + self._per_replica_batch] for k, v in local_batch.items()}
 
     def _model_items(self) -> dict:
         return {"model": self.model, "optimizer": self.optimizer,
@@ -265,9 +332,10 @@ class Trainer:
             self.checkpoint, self._checkpoint_dir(), max_to_keep=self.config.keep_checkpoint_max or None,
             step_counter=self.optimizer.iterations, checkpoint_interval=None)
 
-    def _restore(self, path: str) -> None:
+    def _restore(self, path: str, own_data: bool = True) -> None:
         saved_key = _read_checkpoint_string(path, TRAIN_DATA_KEY_NAME)
-        same_data = self.train_iterator is not None and saved_key == self.train_data_key
+        same_data = (self.train_iterator is not None and own_data
+                     and saved_key == self.train_data_key)
         checkpoint = self.checkpoint if same_data else tf.train.Checkpoint(**self._model_items())
         try:
             # expect_partial: an eval/export run, or a changed pipeline, leaves the saved data
@@ -281,10 +349,12 @@ class Trainer:
                 "--overwrite to start afresh") from None
         self.restored_from = path
         if self.train_iterator is not None and not same_data:
-            # The saved position belongs to another pipeline (batch size, shards or seed changed):
-            # read the data afresh, in an order that does not replay the first steps' batches.
-            logger.warning("the training data or batch size changed since %s: the data order "
-                           "restarts (reshuffled for step %d)", path, self.step)
+            # The saved position belongs to another pipeline (batch size, shards or seed changed,
+            # or another worker's): read the data afresh, in an order that does not replay the
+            # first steps' batches.
+            logger.warning("%s holds no data position for this pipeline (batch size, shards, seed "
+                           "or worker changed): the data order restarts, reshuffled for step %d",
+                           path, self.step)
             self.train_iterator = self._make_train_iterator(self.config.seed + self.step)
             self._make_checkpoint()
         logger.info("restored %s (step %d)", path, self.step)
@@ -336,7 +406,8 @@ class Trainer:
         if config.jit_compile:
             forward_backward = tf.function(forward_backward, jit_compile=True)
 
-        def step_fn(batch):
+        def step_fn(local_batch):
+            batch = self._replica_slice(local_batch)
             seed = tf.stack([tf.constant(config.seed, tf.int64),
                              tf.cast(optimizer.iterations, tf.int64)])
             outputs, grads = forward_backward(batch, seed)
@@ -349,6 +420,15 @@ class Trainer:
                     "learning_rate": tf.cast(lr, tf.float32)}
 
         summed = ("total_loss", "masked_lm_loss", "disc_loss", "tokens")
+
+        def diverged(loss, grad_norm):
+            # A non-finite gradient norm makes the clipped update NaN (the weights are lost even
+            # though this step's loss was finite), except under loss scaling, where the
+            # LossScaleOptimizer skips such a step and lowers the scale.
+            bad = tf.logical_not(tf.math.is_finite(loss))
+            if not loss_scaled:
+                bad = tf.logical_or(bad, tf.logical_not(tf.math.is_finite(grad_norm)))
+            return bad
 
         @tf.function
         def train_loop(iterator, num_steps):
@@ -364,7 +444,7 @@ class Trainer:
                 # Reassign (not mutate) so autograph carries the arrays through the loop.
                 history = {k: ta.write(i, values[k]) for k, ta in history.items()}
                 done = i + 1
-                if not tf.math.is_finite(values["total_loss"]):
+                if diverged(values["total_loss"], values["grad_norm"]):
                     break
             return done, {k: ta.stack()[:done] for k, ta in history.items()}
 
@@ -381,7 +461,9 @@ class Trainer:
                         config.num_train_steps)
             return {}
         iterator = self.train_iterator
-        train_loop = self._make_train_loop()
+        if self._train_loop is None:  # traced once per Trainer, reused by later train() calls
+            self._train_loop = self._make_train_loop()
+        train_loop = self._train_loop
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
         if start_step == 0:
             self._save()  # step-0 checkpoint: a crash in the first loop loses nothing
@@ -390,41 +472,37 @@ class Trainer:
                     self.strategy.num_replicas_in_sync)
         scalars: Dict[str, float] = {}
         run_start, run_start_step = time.time(), start_step
-        while self.step < end_step:
-            step = self.step
-            to_checkpoint = config.save_checkpoints_steps - step % config.save_checkpoints_steps
-            num_steps = min(config.iterations_per_loop, to_checkpoint, end_step - step)
-            self.metrics.reset_state()
-            t0 = time.time()
-            done, history = train_loop(iterator, tf.constant(num_steps))
-            done = int(done)
-            history = {k: v.numpy() for k, v in history.items()}
-            elapsed = time.time() - t0
-            if not math.isfinite(float(history["total_loss"][-1])):
-                bad = step + done - 1
-                terms = [k for k in ("masked_lm_loss", "disc_loss")
-                         if not math.isfinite(float(history[k][-1]))]
-                raise TrainingError(
-                    f"non-finite loss at step {bad}: total_loss={history['total_loss'][-1]}"
-                    f" ({', '.join(terms) or 'total only'} non-finite). Training stopped; the last "
-                    f"good checkpoint is {self.manager.latest_checkpoint}")
-            scalars = {k: float(history[k].mean()) for k in ("total_loss", "masked_lm_loss",
-                                                             "disc_loss", "grad_norm")}
-            scalars["learning_rate"] = float(history["learning_rate"][-1])
-            scalars.update({k: float(v) for k, v in self.metrics.result().items()
-                            if k not in ("masked_lm_loss", "disc_loss")})
-            scalars["examples_per_second"] = done * config.train_batch_size / elapsed
-            scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
-            if self.chief:
-                with writer.as_default(step=self.step):
-                    for name, value in scalars.items():
-                        tf.summary.scalar(name, value)
-                writer.flush()
-            self._log_progress(scalars, run_start, run_start_step)
-            if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
-                self._save()
-        if writer is not None:
-            writer.close()
+        try:
+            while self.step < end_step:
+                step = self.step
+                to_checkpoint = config.save_checkpoints_steps - step % config.save_checkpoints_steps
+                num_steps = min(config.iterations_per_loop, to_checkpoint, end_step - step)
+                self.metrics.reset_state()
+                t0 = time.time()
+                done, history = train_loop(iterator, tf.constant(num_steps))
+                done = int(done)
+                history = {k: v.numpy() for k, v in history.items()}
+                elapsed = time.time() - t0
+                self._check_finite(history, step + done - 1)
+                scalars = {k: float(history[k].mean()) for k in ("total_loss", "masked_lm_loss",
+                                                                 "disc_loss", "grad_norm")}
+                # The rate of the loop's last update, lr(step - 1) at summary step `step`.
+                scalars["learning_rate"] = float(history["learning_rate"][-1])
+                scalars.update({k: float(v) for k, v in self.metrics.result().items()
+                                if k not in ("masked_lm_loss", "disc_loss")})
+                scalars["examples_per_second"] = done * config.train_batch_size / elapsed
+                scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
+                if self.chief:
+                    with writer.as_default(step=self.step):
+                        for name, value in scalars.items():
+                            tf.summary.scalar(name, value)
+                    writer.flush()
+                self._log_progress(scalars, run_start, run_start_step)
+                if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
+                    self._save()
+        finally:
+            if writer is not None:
+                writer.close()
         elapsed = time.time() - run_start
         if self.chief:
             logger.info(
@@ -435,6 +513,20 @@ class Trainer:
                 scalars["total_loss"], scalars["masked_lm_loss"], scalars["disc_loss"],
                 self.manager.latest_checkpoint)
         return scalars
+
+    def _check_finite(self, history: Dict[str, np.ndarray], last_step: int) -> None:
+        """Raises TrainingError if the loop's last step diverged (see `diverged` in the loop)."""
+        names = ["total_loss", "masked_lm_loss", "disc_loss"]
+        if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            names.append("grad_norm")
+        bad = [k for k in names if not math.isfinite(float(history[k][-1]))]
+        if not bad:
+            return
+        values = ", ".join(f"{k}={float(history[k][-1])}" for k in bad)
+        raise TrainingError(
+            f"non-finite {'loss' if bad[0] == 'total_loss' else bad[0]} at step {last_step} "
+            f"({values}). Training stopped without saving; the last good checkpoint is "
+            f"{self.manager.latest_checkpoint}")
 
     def _save(self) -> None:
         path = self.manager.save(checkpoint_number=self.step)
@@ -455,19 +547,12 @@ class Trainer:
             scalars["tokens_per_second"], _format_seconds(eta))
 
     # --------------------------------------------------------------------------------------------
-    def evaluate(self) -> Dict[str, float]:
-        """Runs `num_eval_steps` batches of the held-out split in eval mode (no dropout).
-
-        Writes `eval_results.txt` (sorted `name = value` lines, the official printout) and
-        TensorBoard scalars under `model_dir/eval`.
-        """
+    def _make_eval_loop(self):
         config, model, strategy = self.config, self.model, self.strategy
-        dataset = self._distributed_dataset(config.eval_tfrecords, config.eval_batch_size,
-                                            is_training=False)
-        iterator = iter(dataset)
-        self.metrics.reset_state()
 
         def eval_fn(batch, index):
+            # Eval masks come from their own seed stream, keyed by the batch index: the same
+            # checkpoint always gives the same results.
             seed = tf.stack([tf.constant(config.seed, tf.int64),
                              tf.cast(index, tf.int64) + EVAL_SEED_OFFSET])
             outputs = model(batch, seed=seed, training=False)
@@ -482,7 +567,22 @@ class Trainer:
                 total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
             return total / tf.cast(num_steps, tf.float32)
 
-        loss = float(eval_loop(iterator, tf.constant(config.num_eval_steps)))
+        return eval_loop
+
+    def evaluate(self) -> Dict[str, float]:
+        """Runs `num_eval_steps` batches of the held-out split in eval mode (no dropout).
+
+        Writes `eval_results.txt` (sorted `name = value` lines, the official printout) and
+        TensorBoard scalars under `model_dir/eval`.
+        """
+        config = self.config
+        dataset = self._distributed_dataset(config.eval_tfrecords, config.eval_batch_size,
+                                            is_training=False)
+        iterator = iter(dataset)
+        self.metrics.reset_state()
+        if self._eval_loop is None:
+            self._eval_loop = self._make_eval_loop()
+        loss = float(self._eval_loop(iterator, tf.constant(config.num_eval_steps)))
         results = {k: float(v) for k, v in self.metrics.result().items()}
         results["loss"] = loss
         results["global_step"] = self.step
@@ -497,10 +597,20 @@ class Trainer:
                 for key, value in results.items():
                     if key != "global_step":
                         tf.summary.scalar(key, value)
-            writer.flush()
+            writer.close()
             logger.info("eval at step %d: %s", self.step,
                         ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
         return results
+
+
+def _copy_atomically(source: str, target: str) -> None:
+    shutil.copyfile(source, target + ".tmp")
+    os.replace(target + ".tmp", target)
+
+
+def _checkpoint_number(path: str) -> int:
+    """N of a CheckpointManager path `.../ckpt-N` (the global step it was saved at)."""
+    return int(path.rsplit("-", 1)[1])
 
 
 def _read_checkpoint_string(path: str, name: str) -> Optional[str]:

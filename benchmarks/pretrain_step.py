@@ -1,0 +1,796 @@
+"""Benchmark: the ELECTRA-small pretraining step, electra-tf vs the PyTorch peer vs naive Keras.
+
+Measures, in one run and on the same machine, for ELECTRA-small (official sizes: discriminator
+hidden 256 x 12 layers, 4 heads, FFN 1024, embeddings 128; generator 1/4 width: hidden 64, 1 head,
+FFN 256; vocab 30522), seq 128, 19 masked slots per sequence (official
+int((0.15 + 0.005) * 128)), at each batch size and precision:
+
+  electra_tf   electra-tf's real training step: `Trainer` (the code `run_pretraining.py` runs) on
+               TFRecord shards written into a temp dir by `tfrecord_io`, with its input pipeline,
+               its compiled loop of `iterations_per_loop` steps, per-step metrics and optimizer.
+  torch        Hugging Face transformers' PyTorch `ElectraForMaskedLM` + `ElectraForPreTraining`,
+               wired with the same objective (dynamic masking of 15%, 85% [MASK] / 15% kept, MLM
+               head at the masked positions only, Gumbel-max sampling, the whole embedding block
+               shared as the official, loss MLM + 50 * RTD, AdamW with the official exclusions,
+               global-norm clipping at 1), torch threads = cores, bf16 via `torch.autocast`.
+  keras_naive  a straightforward Keras 3 step built from two keras-hub `ElectraBackbone`s and a
+               tied `MaskedLMHead` (own embeddings per backbone), one `tf.function` per step,
+               keras AdamW: what a Keras user would write first.
+
+Each implementation x batch x dtype runs in its own subprocess (so peak RSS does not mix):
+the first call (trace / graph build + 1 step) is timed separately, then `--warmup` windows, then
+`--windows` timed windows of `--steps` steps each; throughput is the median window. The matmul
+peak of the machine (float32 and bfloat16; TensorFlow/oneDNN and PyTorch, square and model
+shapes, best median) is measured in its own subprocess in the same run, and model FLOPs
+utilisation (MFU) is reported against it:
+
+    FLOPs/step = 6 * tokens * (matmul weights + attention) + 6 * masked * MLM head
+    (weights: per encoder, layers * (4 H^2 + 2 H I) + E H projection, + the RTD head H^2 + H;
+     attention: layers * 2 * seq * H per token for QK^T and AV; MLM head: Hg E + E V per masked
+     slot; embedding lookups are not FLOPs) = ~288 GFLOP per 32 sequences.
+
+    python benchmarks/pretrain_step.py                                   # everything (~30 min)
+    python benchmarks/pretrain_step.py --impl electra_tf,torch --batch 32 --dtype float32 \\
+        --steps 3 --windows 2                                            # quick look
+
+Writes a table to stdout, JSON to --output and a bar chart (PNG) to --chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+IMPLEMENTATIONS = ("electra_tf", "torch", "keras_naive")
+DTYPES = ("float32", "bfloat16")
+IMPL_LABELS = {"electra_tf": "electra-tf", "torch": "HF transformers (PyTorch)",
+               "keras_naive": "naive Keras 3 (keras-hub)"}
+
+# ELECTRA-small, official sizes (configure_pretraining.py / training_utils.get_bert_config).
+SEQ_LENGTH = 128
+VOCAB_SIZE = 30522
+EMBEDDING_SIZE = 128
+DISCRIMINATOR = {"hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+                 "intermediate_size": 1024}
+# generator_hidden_size = 0.25: hidden 64, heads max(1, 64 // 64), FFN 4 * 64.
+GENERATOR = {"hidden_size": 64, "num_hidden_layers": 12, "num_attention_heads": 1,
+             "intermediate_size": 256}
+MASK_PROB = 0.15
+MAX_PREDICTIONS = int((MASK_PROB + 0.005) * SEQ_LENGTH)  # official derivation: 19
+DISC_WEIGHT = 50.0
+LEARNING_RATE = 5e-4
+NUM_WARMUP_STEPS = 10000  # official; the rate stays tiny, so no run diverges mid-benchmark
+SPECIAL = {"pad_id": 0, "unk_id": 100, "cls_id": 101, "sep_id": 102, "mask_id": 103}  # BERT ids
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOPs
+# ------------------------------------------------------------------------------------------------
+def _encoder_macs_per_token(hidden, layers, intermediate, seq_length=SEQ_LENGTH,
+                            embedding_size=EMBEDDING_SIZE):
+    weights = layers * (4 * hidden * hidden + 2 * hidden * intermediate)
+    if embedding_size != hidden:
+        weights += embedding_size * hidden  # embeddings_project
+    attention = layers * 2 * seq_length * hidden  # QK^T and AV
+    return weights, attention
+
+
+def step_flops(batch_size, seq_length=SEQ_LENGTH, masked=MAX_PREDICTIONS):
+    """Model FLOPs of one training step (forward + backward = 3x forward = 6 per MAC)."""
+    d = DISCRIMINATOR
+    g = GENERATOR
+    dw, da = _encoder_macs_per_token(d["hidden_size"], d["num_hidden_layers"],
+                                     d["intermediate_size"], seq_length)
+    gw, ga = _encoder_macs_per_token(g["hidden_size"], g["num_hidden_layers"],
+                                     g["intermediate_size"], seq_length)
+    rtd_head = d["hidden_size"] * d["hidden_size"] + d["hidden_size"]
+    mlm_head = g["hidden_size"] * EMBEDDING_SIZE + EMBEDDING_SIZE * VOCAB_SIZE
+    tokens = batch_size * seq_length
+    per_token = dw + da + gw + ga + rtd_head
+    return 6 * tokens * per_token + 6 * batch_size * masked * mlm_head
+
+
+# ------------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------------
+def make_vocab_tokens():
+    from electra_tf.vocab import REQUIRED_TOKENS
+
+    tokens = [f"[unused{i}]" for i in range(VOCAB_SIZE)]
+    for name, token in zip(("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"), REQUIRED_TOKENS):
+        tokens[SPECIAL[name]] = token
+    return tokens
+
+
+def random_segments(rng, num_examples):
+    """Full-length packed examples (as the builder writes for a real corpus): two segments."""
+    low = 1000  # ordinary word-piece ids, no special tokens
+    out = []
+    for _ in range(num_examples):
+        body = rng.integers(low, VOCAB_SIZE, SEQ_LENGTH - 3).tolist()
+        cut = int(rng.integers(8, SEQ_LENGTH - 11))
+        out.append((body[:cut], body[cut:]))
+    return out
+
+
+def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0):
+    """vocab.txt + pretrain_tfrecords/{shards, manifest.json} in the builder's layout."""
+    import numpy as np
+    import tensorflow as tf
+
+    from electra_tf.data import tfrecord_io
+    from electra_tf.data.example_builder import PackedExample
+    from electra_tf.vocab import file_sha256
+
+    vocab_path = os.path.join(data_dir, "vocab.txt")
+    tokens = make_vocab_tokens()
+    with open(vocab_path, "w", encoding="utf-8") as f:
+        f.write("\n".join(tokens) + "\n")
+    out = os.path.join(data_dir, "pretrain_tfrecords")
+    os.makedirs(out, exist_ok=True)
+    serializer = tfrecord_io.ExampleSerializer(SEQ_LENGTH, SPECIAL["cls_id"], SPECIAL["sep_id"])
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for split, prefix, count in (("train", tfrecord_io.TRAIN_PREFIX, num_shards),
+                                 ("eval", tfrecord_io.EVAL_PREFIX, 1)):
+        shards = []
+        for i in range(count):
+            name = tfrecord_io.shard_name(prefix, i, count)
+            path = os.path.join(out, name)
+            examples = [PackedExample(a, b, 0) for a, b in random_segments(rng, examples_per_shard)]
+            with tf.io.TFRecordWriter(path) as writer:
+                for record in serializer.serialize(examples):
+                    writer.write(record)
+            shards.append({"file": name, "examples": examples_per_shard,
+                           "bytes": os.path.getsize(path)})
+        splits[split] = {"examples": examples_per_shard * count, "shards": shards}
+    manifest = {
+        "format_version": tfrecord_io.MANIFEST_FORMAT_VERSION,
+        "features": {n: ["int64", SEQ_LENGTH] for n in tfrecord_io.FEATURE_NAMES},
+        "max_seq_length": SEQ_LENGTH,
+        "vocab": {"path": vocab_path, "sha256": file_sha256(vocab_path), "size": len(tokens)},
+        "do_lower_case": True, "strip_accents": True, "splits": splits,
+        "note": "random ids written by benchmarks/pretrain_step.py",
+    }
+    with open(os.path.join(out, tfrecord_io.MANIFEST_NAME), "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1)
+    return data_dir
+
+
+def numpy_batches(batch_size, count, seed=0):
+    """`count` batches of the same kind of examples, as numpy int arrays (for torch)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    batches = []
+    for _ in range(count):
+        ids = np.zeros([batch_size, SEQ_LENGTH], np.int64)
+        segment = np.zeros([batch_size, SEQ_LENGTH], np.int64)
+        for b, (first, second) in enumerate(random_segments(rng, batch_size)):
+            row = [SPECIAL["cls_id"]] + first + [SPECIAL["sep_id"]] + second + [SPECIAL["sep_id"]]
+            ids[b] = row
+            segment[b, len(first) + 2:] = 1
+        batches.append({"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": segment})
+    return batches
+
+
+# ------------------------------------------------------------------------------------------------
+# Workers (one per subprocess)
+# ------------------------------------------------------------------------------------------------
+def _timed_windows(run_window, steps, warmup, windows):
+    times = []
+    for w in range(warmup + windows):
+        start = time.perf_counter()
+        run_window(steps)
+        elapsed = time.perf_counter() - start
+        if w >= warmup:
+            times.append(elapsed)
+    return times
+
+
+def worker_electra_tf(args):
+    import tensorflow as tf
+
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.training.trainer import Trainer
+
+    model_dir = tempfile.mkdtemp(prefix="electra_tf_bench_model_")
+    hparams = {
+        "model_size": "small", "vocab_size": VOCAB_SIZE, "max_seq_length": SEQ_LENGTH,
+        "train_batch_size": args.batch, "iterations_per_loop": args.steps,
+        "mixed_precision": "float32" if args.dtype == "float32" else "mixed_bfloat16",
+        "do_export": False, "num_train_steps": 10 ** 7, "save_checkpoints_steps": 10 ** 7,
+        "num_warmup_steps": NUM_WARMUP_STEPS, "strategy": "one_device", "model_dir": model_dir,
+    }
+    hparams.update(json.loads(args.electra_tf_hparams or "{}"))
+    try:
+        config = PretrainingConfig.create("bench", args.data_dir, hparams)
+        start = time.perf_counter()
+        trainer = Trainer(config)
+        build_seconds = time.perf_counter() - start
+        # The loop Trainer.train() runs (one compiled call per `iterations_per_loop` steps),
+        # called directly so that no checkpoint or summary write lands in a timed window.
+        loop = trainer._make_train_loop()
+        iterator = trainer.train_iterator
+        losses = []
+
+        def run_window(num_steps):
+            trainer.metrics.reset_state()
+            done, history = loop(iterator, tf.constant(num_steps))
+            losses.append(float(history["total_loss"][-1]))
+            if int(done) != num_steps:
+                raise RuntimeError("non-finite loss in the benchmark run")
+
+        start = time.perf_counter()
+        run_window(1)
+        first = time.perf_counter() - start
+        times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
+        if args.profile_dir:
+            tf.profiler.experimental.start(args.profile_dir)
+            run_window(args.steps)
+            tf.profiler.experimental.stop()
+        import keras
+        return {"build_seconds": build_seconds, "first_call_seconds": first, "window_seconds": times,
+                "losses": losses, "versions": {"tensorflow": tf.__version__,
+                                               "keras": keras.__version__}}
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
+
+
+def worker_torch(args):
+    import torch
+    import torch.nn.functional as F
+    import transformers
+    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+    torch.set_num_threads(os.cpu_count())
+    torch.manual_seed(0)
+    common = dict(vocab_size=VOCAB_SIZE, embedding_size=EMBEDDING_SIZE, hidden_act="gelu",
+                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                  max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
+                  pad_token_id=SPECIAL["pad_id"])
+    discriminator = ElectraForPreTraining(ElectraConfig(**common, **DISCRIMINATOR))
+    generator = ElectraForMaskedLM(ElectraConfig(**common, **GENERATOR))
+    # Official sharing: the whole embedding block (word + position + type tables and LayerNorm);
+    # the generator's MLM output matrix is the shared word table (three-way tie).
+    generator.electra.embeddings = discriminator.electra.embeddings
+    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+    modules = torch.nn.ModuleDict({"generator": generator, "discriminator": discriminator})
+    modules.train()
+    params = {id(p): (n, p) for n, p in modules.named_parameters()}  # dedupe tied tensors
+    decay = [p for n, p in params.values() if not any(k in n for k in ("LayerNorm", "bias"))]
+    no_decay = [p for n, p in params.values() if any(k in n for k in ("LayerNorm", "bias"))]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-6)
+    all_params = [p for _, p in params.values()]
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, step / NUM_WARMUP_STEPS))
+    batches = [{k: torch.from_numpy(v) for k, v in b.items()}
+               for b in numpy_batches(args.batch, 8, seed=1)]
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.dtype == "bfloat16"
+                else torch.autocast("cpu", enabled=False))
+    n_slots = MAX_PREDICTIONS
+    mask_id, cls_id, sep_id = SPECIAL["mask_id"], SPECIAL["cls_id"], SPECIAL["sep_id"]
+
+    def mask_batch(input_ids, input_mask):
+        # Official pretrain_helpers.mask: k = max(1, min(N, round(n * p))) slots, positions drawn
+        # uniformly with replacement over real non-special tokens, 85% of them set to [MASK].
+        candidates = (input_mask.bool() & (input_ids != cls_id) & (input_ids != sep_id)
+                      & (input_ids != mask_id)).float()
+        count = torch.clamp(torch.round(input_mask.sum(-1).float() * MASK_PROB), 1, n_slots)
+        weights = (torch.arange(n_slots)[None, :] < count[:, None]).float()
+        positions = torch.multinomial(candidates, n_slots, replacement=True) * weights.long()
+        labels = torch.gather(input_ids, 1, positions) * weights.long()
+        to_mask = (torch.rand(positions.shape) < 0.85) & weights.bool()
+        masked = input_ids.clone()
+        rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
+        masked[rows[to_mask], positions[to_mask]] = mask_id
+        return masked, positions, labels, weights
+
+    def step(batch):
+        input_ids, input_mask, segment_ids = (batch["input_ids"], batch["input_mask"],
+                                              batch["segment_ids"])
+        masked, positions, labels, weights = mask_batch(input_ids, input_mask)
+        with autocast:
+            hidden = generator.electra(masked, attention_mask=input_mask,
+                                       token_type_ids=segment_ids).last_hidden_state
+            hidden = torch.gather(hidden, 1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+            logits = generator.generator_lm_head(generator.generator_predictions(hidden))
+        logits = logits.float()
+        nll = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), labels.reshape(-1), reduction="none")
+        mlm_loss = (nll * weights.reshape(-1)).sum() / (weights.sum() + 1e-6)
+        with torch.no_grad():
+            u = torch.rand(logits.shape)
+            gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
+            sampled = torch.argmax(logits + gumbel, dim=-1)
+            fake = input_ids.clone()
+            used = weights.bool() & (positions > 0)
+            rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
+            fake[rows[used], positions[used]] = sampled[used]
+            is_fake = (fake != input_ids).float()
+        with autocast:
+            disc_logits = discriminator(fake, attention_mask=input_mask,
+                                        token_type_ids=segment_ids).logits
+        mask_f = input_mask.float()
+        rtd = F.binary_cross_entropy_with_logits(disc_logits.float(), is_fake, reduction="none")
+        disc_loss = (rtd * mask_f).sum() / (mask_f.sum() + 1e-6)
+        loss = mlm_loss + DISC_WEIGHT * disc_loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(all_params, 1.0)
+        optimizer.step()
+        schedule.step()
+        return loss
+
+    counter = [0]
+    losses = []
+
+    def run_window(num_steps):
+        for _ in range(num_steps):
+            loss = step(batches[counter[0] % len(batches)])
+            counter[0] += 1
+        losses.append(float(loss.detach()))
+
+    start = time.perf_counter()
+    run_window(1)
+    first = time.perf_counter() - start
+    times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
+    return {"first_call_seconds": first, "window_seconds": times, "losses": losses,
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+            "torch_threads": torch.get_num_threads()}
+
+
+def worker_keras_naive(args):
+    import keras
+    import keras_hub
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    if args.dtype == "bfloat16":
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+
+    def backbone(sizes, name):
+        return keras_hub.models.ElectraBackbone(
+            vocab_size=VOCAB_SIZE, num_layers=sizes["num_hidden_layers"],
+            num_heads=sizes["num_attention_heads"], hidden_dim=sizes["hidden_size"],
+            embedding_dim=EMBEDDING_SIZE, intermediate_dim=sizes["intermediate_size"],
+            dropout=0.1, max_sequence_length=512, name=name)
+
+    generator = backbone(GENERATOR, "generator")
+    discriminator = backbone(DISCRIMINATOR, "discriminator")
+    mlm_head = keras_hub.layers.MaskedLMHead(
+        vocabulary_size=VOCAB_SIZE, token_embedding=generator.token_embedding,
+        intermediate_activation="gelu", name="mlm_head")
+    rtd_dense = keras.layers.Dense(DISCRIMINATOR["hidden_size"], activation="gelu")
+    rtd_out = keras.layers.Dense(1)
+    mlm_head.build((None, None, GENERATOR["hidden_size"]))
+    rtd_dense.build((None, None, DISCRIMINATOR["hidden_size"]))
+    rtd_out.build((None, None, DISCRIMINATOR["hidden_size"]))
+    variables = (generator.trainable_variables + discriminator.trainable_variables
+                 + mlm_head.trainable_variables + rtd_dense.trainable_variables
+                 + rtd_out.trainable_variables)
+    schedule = lambda step: LEARNING_RATE * tf.minimum(1.0, tf.cast(step, tf.float32) / NUM_WARMUP_STEPS)  # noqa: E731
+    optimizer = keras.optimizers.AdamW(learning_rate=LEARNING_RATE, weight_decay=0.01,
+                                       epsilon=1e-6, global_clipnorm=1.0)
+    optimizer.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])
+    optimizer.build(variables)
+    mask_id, cls_id, sep_id = SPECIAL["mask_id"], SPECIAL["cls_id"], SPECIAL["sep_id"]
+
+    @tf.function
+    def train_step(input_ids, input_mask, segment_ids):
+        batch = tf.shape(input_ids)[0]
+        candidates = (tf.cast(input_mask, tf.bool) & (input_ids != cls_id)
+                      & (input_ids != sep_id))
+        count = tf.clip_by_value(tf.round(tf.reduce_sum(tf.cast(input_mask, tf.float32), -1)
+                                          * MASK_PROB), 1, MAX_PREDICTIONS)
+        weights = tf.sequence_mask(tf.cast(count, tf.int32), MAX_PREDICTIONS, tf.float32)
+        logits_c = tf.math.log(tf.cast(candidates, tf.float32))
+        positions = tf.random.categorical(logits_c, MAX_PREDICTIONS, dtype=tf.int32)
+        positions = positions * tf.cast(weights, tf.int32)
+        labels = tf.gather(input_ids, positions, batch_dims=1)
+        to_mask = (tf.random.uniform(tf.shape(positions)) < 0.85) & (weights > 0)
+        rows = tf.broadcast_to(tf.range(batch)[:, None], tf.shape(positions))
+        index = tf.stack([rows, positions], -1)
+        masked = tf.tensor_scatter_nd_update(
+            input_ids, tf.boolean_mask(index, to_mask),
+            tf.fill([tf.reduce_sum(tf.cast(to_mask, tf.int32))], mask_id))
+        with tf.GradientTape() as tape:
+            hidden = generator({"token_ids": masked, "segment_ids": segment_ids,
+                                "padding_mask": input_mask}, training=True)["sequence_output"]
+            logits = tf.cast(mlm_head(hidden, mask_positions=positions), tf.float32)
+            nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            mlm_loss = tf.reduce_sum(nll * weights) / (tf.reduce_sum(weights) + 1e-6)
+            u = tf.random.uniform(tf.shape(logits))
+            sampled = tf.argmax(tf.stop_gradient(logits) - tf.math.log(-tf.math.log(u + 1e-9) + 1e-9),
+                                -1, output_type=tf.int32)
+            used = (weights > 0) & (positions > 0)
+            fake = tf.tensor_scatter_nd_update(input_ids, tf.boolean_mask(index, used),
+                                               tf.boolean_mask(sampled, used))
+            is_fake = tf.cast(fake != input_ids, tf.float32)
+            d_hidden = discriminator({"token_ids": fake, "segment_ids": segment_ids,
+                                      "padding_mask": input_mask}, training=True)["sequence_output"]
+            d_logits = tf.cast(tf.squeeze(rtd_out(rtd_dense(d_hidden)), -1), tf.float32)
+            mask_f = tf.cast(input_mask, tf.float32)
+            rtd = tf.nn.sigmoid_cross_entropy_with_logits(labels=is_fake, logits=d_logits)
+            disc_loss = tf.reduce_sum(rtd * mask_f) / (tf.reduce_sum(mask_f) + 1e-6)
+            loss = mlm_loss + DISC_WEIGHT * disc_loss
+        grads = tape.gradient(loss, variables)
+        optimizer.learning_rate.assign(schedule(optimizer.iterations))
+        optimizer.apply(grads, variables)
+        return loss
+
+    batches = [{k: tf.constant(v, tf.int32) for k, v in b.items()}
+               for b in numpy_batches(args.batch, 8, seed=1)]
+    counter = [0]
+    losses = []
+
+    def run_window(num_steps):
+        for _ in range(num_steps):
+            b = batches[counter[0] % len(batches)]
+            loss = train_step(b["input_ids"], b["input_mask"], b["segment_ids"])
+            counter[0] += 1
+        losses.append(float(loss))
+
+    start = time.perf_counter()
+    run_window(1)
+    first = time.perf_counter() - start
+    times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
+    return {"first_call_seconds": first, "window_seconds": times, "losses": losses,
+            "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
+                         "keras_hub": keras_hub.__version__}}
+
+
+def worker_peak(args):
+    """Best median GFLOP/s of large matmuls: TensorFlow (oneDNN) and PyTorch, f32 and bf16."""
+    import numpy as np
+
+    shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+              # the model's own big shapes at batch 128 (tokens x H x 4H and back)
+              (16384, 256, 1024), (16384, 1024, 256), (1024, 16384, 256)]
+    repeats = 5
+    results = {}
+
+    def median_gflops(fn, m, k, n):
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return 2.0 * m * k * n / statistics.median(times) / 1e9
+
+    import tensorflow as tf
+
+    for dtype in DTYPES:
+        for m, k, n in shapes:
+            a = tf.cast(tf.random.normal([m, k]), dtype)
+            b = tf.cast(tf.random.normal([k, n]), dtype)
+            matmul = tf.function(lambda: tf.matmul(a, b))
+            results[f"tensorflow/{dtype}/{m}x{k}x{n}"] = median_gflops(
+                lambda: matmul().numpy(), m, k, n)
+    if "torch" in args.peak_frameworks:
+        import torch
+
+        torch.set_num_threads(os.cpu_count())
+        for dtype in DTYPES:
+            torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
+            for m, k, n in shapes:
+                a = torch.randn(m, k).to(torch_dtype)
+                b = torch.randn(k, n).to(torch_dtype)
+                results[f"torch/{dtype}/{m}x{k}x{n}"] = median_gflops(lambda: torch.mm(a, b), m, k, n)
+    peak = {dtype: max(v for k, v in results.items() if f"/{dtype}/" in k) for dtype in DTYPES}
+    del np
+    return {"peak_gflops": peak, "matmul_gflops": results}
+
+
+WORKERS = {"electra_tf": worker_electra_tf, "torch": worker_torch,
+           "keras_naive": worker_keras_naive, "peak": worker_peak}
+
+
+def run_worker(args):
+    result = WORKERS[args.worker](args)
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    with open(args.result_file, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+
+
+# ------------------------------------------------------------------------------------------------
+# Driver
+# ------------------------------------------------------------------------------------------------
+def machine_info():
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        cpu = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), cpu)
+        flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), [])
+    except OSError:
+        flags = []
+    mem_gb = None
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            mem_gb = int(f.readline().split()[1]) / 2 ** 20
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem_gb,
+            "amx": any(f.startswith("amx") for f in flags),
+            "avx512": any(f.startswith("avx512") for f in flags),
+            "python": platform.python_version(), "platform": platform.platform(),
+            "load_average_start": os.getloadavg()}
+
+
+def spawn(worker, args, extra, timeout):
+    fd, result_file = tempfile.mkstemp(suffix=".json", prefix="pretrain_step_")
+    os.close(fd)
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker,
+           "--result-file", result_file, "--data-dir", args.data_dir or "",
+           "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--windows", str(args.windows), "--peak-frameworks", args.peak_frameworks] + extra
+    if args.electra_tf_hparams:
+        cmd += ["--electra-tf-hparams", args.electra_tf_hparams]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout)
+    wall = time.perf_counter() - start
+    try:
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+            return {"error": f"exit {proc.returncode}: {tail}", "wall_seconds": wall}
+        with open(result_file, encoding="utf-8") as f:
+            result = json.load(f)
+        result["wall_seconds"] = wall
+        return result
+    finally:
+        os.remove(result_file)
+
+
+def summarize(impl, batch, dtype, result, peak):
+    row = {"implementation": impl, "batch_size": batch, "dtype": dtype}
+    row.update(result)
+    if "error" in result:
+        return row
+    median = statistics.median(result["window_seconds"])
+    steps = result.get("steps")
+    row["median_window_seconds"] = median
+    row["step_seconds"] = median / steps
+    row["sequences_per_second"] = batch * steps / median
+    row["tokens_per_second"] = batch * SEQ_LENGTH * steps / median
+    row["spread"] = (max(result["window_seconds"]) - min(result["window_seconds"])) / median
+    flops = step_flops(batch)
+    row["model_gflops_per_step"] = flops / 1e9
+    row["achieved_gflops"] = flops / row["step_seconds"] / 1e9
+    if peak:
+        row["mfu"] = row["achieved_gflops"] / peak[dtype]
+    return row
+
+
+def print_table(rows, peak):
+    header = (f"{'implementation':<28}{'batch':>6}{'dtype':>10}{'seq/s':>9}{'tok/s':>9}"
+              f"{'s/step':>8}{'GFLOP/s':>9}{'MFU':>7}{'1st call s':>11}{'peak RSS MB':>12}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        label = IMPL_LABELS[r["implementation"]]
+        if "error" in r:
+            print(f"{label:<28}{r['batch_size']:>6}{r['dtype']:>10}  ERROR: {r['error'][:200]}")
+            continue
+        mfu = f"{100 * r['mfu']:.0f}%" if "mfu" in r else "-"
+        print(f"{label:<28}{r['batch_size']:>6}{r['dtype']:>10}{r['sequences_per_second']:>9.2f}"
+              f"{r['tokens_per_second']:>9.0f}{r['step_seconds']:>8.2f}{r['achieved_gflops']:>9.0f}"
+              f"{mfu:>7}{r['first_call_seconds']:>11.1f}{r['peak_rss_mb']:>12.0f}")
+    if peak:
+        print(f"matmul peak: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 "
+              f"{peak['bfloat16']:.0f} GFLOP/s; FLOPs per step of 32 sequences: "
+              f"{step_flops(32) / 1e9:.1f} GFLOP")
+
+
+def ratios(rows):
+    """electra-tf's seq/s and peak RSS relative to each other implementation, per batch/dtype."""
+    by_key = {(r["implementation"], r["batch_size"], r["dtype"]): r for r in rows if "error" not in r}
+    out = {}
+    for (impl, batch, dtype), r in by_key.items():
+        if impl != "electra_tf":
+            continue
+        for other in IMPLEMENTATIONS[1:]:
+            o = by_key.get((other, batch, dtype))
+            if o:
+                out[f"{other}/{batch}/{dtype}"] = {
+                    "speedup": r["sequences_per_second"] / o["sequences_per_second"],
+                    "rss_ratio": r["peak_rss_mb"] / o["peak_rss_mb"]}
+    return out
+
+
+def draw_chart(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["batch_size"], r["dtype"]) for r in rows if "error" not in r},
+                    key=lambda g: (g[1] != "float32", g[0]))
+    impls = [i for i in IMPLEMENTATIONS if any(r["implementation"] == i for r in rows)]
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    width = 0.8 / max(1, len(impls))
+    for j, impl in enumerate(impls):
+        values = []
+        for batch, dtype in groups:
+            match = [r for r in rows if r["implementation"] == impl and r["batch_size"] == batch
+                     and r["dtype"] == dtype and "error" not in r]
+            values.append(match[0]["sequences_per_second"] if match else 0.0)
+        xs = [i + (j - (len(impls) - 1) / 2) * width for i in range(len(groups))]
+        bars = ax.bar(xs, values, width, label=IMPL_LABELS[impl])
+        for bar, value in zip(bars, values):
+            if value:
+                ax.annotate(f"{value:.1f}", (bar.get_x() + bar.get_width() / 2, value),
+                            ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"batch {b}\n{'mixed bf16' if d == 'bfloat16' else d}" for b, d in groups])
+    ax.set_ylabel("sequences / s (seq 128)")
+    ax.set_title(f"ELECTRA-small pretraining step, {os.cpu_count()} CPU cores")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _csv(value, allowed, cast=str):
+    items = [cast(v.strip()) for v in value.split(",") if v.strip()]
+    if allowed is not None:
+        bad = [v for v in items if v not in allowed]
+        if bad:
+            raise argparse.ArgumentTypeError(f"{bad[0]!r} is not one of {', '.join(allowed)}")
+    return items
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--impl", default=",".join(IMPLEMENTATIONS),
+                        type=lambda v: _csv(v, IMPLEMENTATIONS),
+                        help="comma-separated implementations to run: electra_tf (the project's "
+                             "Trainer), torch (HF transformers peer), keras_naive (keras-hub "
+                             "backbones). Default: all")
+    parser.add_argument("--batch", default="32,128", type=lambda v: _csv(v, None, int),
+                        help="comma-separated batch sizes (sequences of 128 tokens). Default: 32,128")
+    parser.add_argument("--dtype", default="float32,bfloat16", type=lambda v: _csv(v, DTYPES),
+                        help="comma-separated precisions: float32 and/or bfloat16 (Keras "
+                             "mixed_bfloat16 / torch.autocast bf16). Default: both")
+    parser.add_argument("--steps", type=int, default=4,
+                        help="training steps per timed window (electra-tf: iterations_per_loop, "
+                             "one compiled call per window). Default: 4")
+    parser.add_argument("--windows", type=int, default=3,
+                        help="timed windows per configuration; the median is reported. Default: 3")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed windows after the first call (which is timed separately: "
+                             "tracing / graph building + 1 step). Default: 1")
+    parser.add_argument("--no-peak", action="store_true",
+                        help="skip the matmul-peak measurement (no MFU column)")
+    parser.add_argument("--peak-frameworks", default="tensorflow,torch",
+                        help="frameworks whose matmul speed defines the peak (comma-separated, "
+                             "tensorflow always included). Default: tensorflow,torch")
+    parser.add_argument("--output", default=os.path.join(REPO_ROOT, "benchmarks", "results",
+                                                         "pretrain_step.json"),
+                        help="JSON results file. Default: benchmarks/results/pretrain_step.json")
+    parser.add_argument("--chart", default=os.path.join(REPO_ROOT, "docs", "img", "pretrain_step.png"),
+                        help="PNG bar chart of seq/s per implementation, batch and dtype ('' to "
+                             "skip). Default: docs/img/pretrain_step.png")
+    parser.add_argument("--data-dir", default=None,
+                        help="reuse TFRecords + vocab written by an earlier run (default: write "
+                             "4 x 1024 random full-length examples into a temp dir)")
+    parser.add_argument("--profile-dir", default=None,
+                        help="electra_tf only: after the timed windows, record one more window "
+                             "with the TensorFlow profiler into this directory")
+    parser.add_argument("--electra-tf-hparams", default=None,
+                        help="JSON hparam overrides for the electra_tf Trainer (e.g. "
+                             "'{\"jit_compile\": true}')")
+    parser.add_argument("--timeout", type=int, default=3600,
+                        help="seconds before a configuration's subprocess is abandoned")
+    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--result-file", help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", dest="batch_one", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--dtype-one", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.worker:
+        args.batch = args.batch_one
+        args.dtype = args.dtype_one
+        run_worker(args)
+        return 0
+
+    started = time.time()
+    temp_dir = None
+    if args.data_dir is None and "electra_tf" in args.impl:
+        temp_dir = tempfile.mkdtemp(prefix="pretrain_step_data_")
+        args.data_dir = write_dataset(temp_dir)
+    info = machine_info()
+    print(f"machine: {info['nproc']} cores, {info['cpu']}, {info['memory_gib']:.1f} GiB, "
+          f"load {info['load_average_start'][0]:.2f}", flush=True)
+    try:
+        peak = None
+        peak_result = None
+        if not args.no_peak:
+            peak_result = spawn("peak", args, [], args.timeout)
+            if "error" in peak_result:
+                print("matmul peak failed:", peak_result["error"], flush=True)
+            else:
+                peak = peak_result["peak_gflops"]
+                print(f"matmul peak: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 "
+                      f"{peak['bfloat16']:.0f} GFLOP/s", flush=True)
+        rows = []
+        for batch in args.batch:
+            for dtype in args.dtype:
+                for impl in args.impl:
+                    print(f"running {impl} batch {batch} {dtype} ...", flush=True)
+                    result = spawn(impl, args, ["--batch-size", str(batch), "--dtype-one", dtype],
+                                   args.timeout)
+                    result["steps"] = args.steps
+                    row = summarize(impl, batch, dtype, result, peak)
+                    if "error" in row:
+                        print(f"  ERROR {row['error']}", flush=True)
+                    else:
+                        print(f"  {row['sequences_per_second']:.2f} seq/s, first call "
+                              f"{row['first_call_seconds']:.1f} s, peak RSS "
+                              f"{row['peak_rss_mb']:.0f} MB, windows "
+                              f"{[round(t, 2) for t in row['window_seconds']]}", flush=True)
+                    rows.append(row)
+        print()
+        print_table(rows, peak)
+        compare = ratios(rows)
+        for key, value in sorted(compare.items()):
+            print(f"electra-tf vs {key}: {value['speedup']:.2f}x seq/s, "
+                  f"{value['rss_ratio']:.2f}x peak RSS")
+        versions = {}
+        for r in rows:
+            versions.update(r.get("versions", {}))
+        report = {
+            "command": " ".join([os.path.relpath(sys.argv[0], REPO_ROOT)] + sys.argv[1:]),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "elapsed_seconds": time.time() - started,
+            "machine": dict(info, load_average_end=os.getloadavg()),
+            "versions": dict(versions, python=platform.python_version()),
+            "model": {"discriminator": DISCRIMINATOR, "generator": GENERATOR,
+                      "vocab_size": VOCAB_SIZE, "embedding_size": EMBEDDING_SIZE,
+                      "seq_length": SEQ_LENGTH, "masked_per_sequence": MAX_PREDICTIONS},
+            "flops_formula": ("6 * tokens * (matmul weights + attention) + 6 * masked * "
+                              "(Hg*E + E*V); per 32 sequences: "
+                              f"{step_flops(32) / 1e9:.1f} GFLOP"),
+            "matmul_peak": peak_result,
+            "results": rows,
+            "electra_tf_vs": compare,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+        print(f"wrote {args.output}")
+        if args.chart:
+            draw_chart(rows, args.chart)
+            print(f"wrote {args.chart}")
+    finally:
+        if temp_dir:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""Fine-tuning configuration: one strict object mirroring the official `configure_finetuning.py`.
+
+Official names, defaults and construction order (see docs/finetuning.md for the table):
+
+1. defaults; 2. the user's hparams (an unknown key is an error naming it);
+3. single-task defaults (rte/sts: 10 epochs), size presets (large: lr 5e-5, layer-wise decay 0.9;
+   small: embedding_size 128) and `debug` overrides, for keys the user did not set;
+4. derived paths (`raw_data_dir`, `vocab_file`, `init_checkpoint`, `model_dir`, results files),
+   unless set explicitly.
+
+Step 3 is the official "update, apply defaults, update again" made explicit, as in
+`electra_tf.config.PretrainingConfig`.
+
+electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
+fix), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`, `do_export`.
+The question-answering, tagging and TPU hparams are accepted under their official names so
+official hparam files load, but electra-tf implements only classification tasks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import typing
+from typing import Any, Mapping, Optional, Tuple, Union
+
+from electra_tf.config import ConfigError, parse_hparams
+
+MODEL_SIZES = ("small", "base", "large")
+PRECISIONS = ("float32", "mixed_bfloat16")
+
+# Official configure_finetuning.py: per-size learning-rate settings applied after the hparams.
+SIZE_PRESETS = {
+    "small": {"embedding_size": 128},
+    "base": {},
+    "large": {"learning_rate": 5e-5, "layerwise_lr_decay": 0.9},
+}
+# Official single-task epoch defaults (rte and sts train longer).
+TEN_EPOCH_TASKS = ("rte", "sts")
+DEBUG_PRESET = {
+    "num_trials": 1,
+    "iterations_per_loop": 1,
+    "train_batch_size": 32,
+    "num_train_epochs": 3.0,
+    "log_examples": True,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuningConfig:
+    """All fine-tuning hparams (official `configure_finetuning.FinetuningConfig` names).
+
+    Build one with `FinetuningConfig.create(model_name, data_dir, hparams)`.
+    """
+
+    model_name: str
+    data_dir: str
+
+    # --- General (official) ---
+    debug: bool = False  # random-init debug model (3 layers, hidden 144), 1 trial
+    log_examples: bool = False  # log the first encoded training examples
+    num_trials: int = 1  # train+eval runs with seeds seed, seed+1, ...; mean and std reported
+    do_train: bool = True
+    do_eval: bool = True  # evaluate dev (and test when it has labels)
+    keep_all_models: bool = True  # False: export only the last trial's model
+
+    # --- Model (official) ---
+    model_size: str = "small"  # only used with random_init / debug (otherwise: the pretrained model's)
+    task_names: Tuple[str, ...] = ("chunk",)  # official default; set it (e.g. ["sst"])
+    model_hparam_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    embedding_size: Optional[int] = None
+    vocab_size: int = 30522
+    do_lower_case: Optional[bool] = None  # None: as the pretrained model was trained (else True)
+
+    # --- Training (official) ---
+    learning_rate: float = 1e-4
+    weight_decay_rate: float = 0.01
+    layerwise_lr_decay: float = 0.8  # <= 0 disables; multiplier decay^(L+2-depth), see optimization.py
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    save_checkpoints_steps: int = 1000000  # accepted; fine-tuned weights are exported at the end
+    iterations_per_loop: int = 1000  # steps per compiled call
+    use_tfrecords_if_existing: bool = True  # accepted; features are built in memory
+
+    # --- Outputs (official) ---
+    write_test_outputs: bool = False  # write predictions for test files without labels
+    n_writes_test: int = 5  # ... for the first n trials
+
+    # --- Sizing (official) ---
+    max_seq_length: int = 128
+    train_batch_size: int = 32
+    eval_batch_size: int = 32
+    predict_batch_size: int = 32
+    double_unordered: bool = True  # train mrpc/qqp/sts on both sentence orders
+
+    # --- QA (official; accepted, unused: no QA tasks in electra-tf) ---
+    max_query_length: int = 64
+    doc_stride: int = 128
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    answerable_classifier: bool = True
+    answerable_uses_start_logits: bool = True
+    answerable_weight: float = 0.5
+    joint_prediction: bool = True
+    beam_size: int = 20
+    qa_na_threshold: float = -2.75
+
+    # --- TPU (official; accepted, unused) ---
+    use_tpu: bool = False
+    num_tpu_cores: int = 1
+    tpu_job_name: Optional[str] = None
+    tpu_name: Optional[str] = None
+    tpu_zone: Optional[str] = None
+    gcp_project: Optional[str] = None
+
+    # --- electra-tf additions ---
+    layerwise_lr_decay_fix: bool = False  # True: head at depth L+1 (issue #51), not L+2
+    seed: int = 0  # trial t uses seed + t (init of the head, dropout, data order)
+    random_init: bool = False  # ignore init_checkpoint: train from random weights (a floor)
+    strip_accents: Optional[bool] = None  # None: as the pretrained model (else True)
+    mixed_precision: str = "float32"  # float32 | mixed_bfloat16
+    log_steps: int = 100  # log the training loss every this many steps
+    do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
+
+    # --- Paths (official names; derived from data_dir / model_name when None) ---
+    raw_data_dir: Optional[str] = None  # DATA_DIR/finetuning_data; task files in raw_data_dir/<task>/
+    vocab_file: Optional[str] = None
+    init_checkpoint: Optional[str] = None  # model dir, checkpoint prefix or exported SavedModel
+    model_dir: Optional[str] = None  # fine-tuned models: model_dir/<tasks>_model_<trial>
+    results_txt: Optional[str] = None
+    results_json: Optional[str] = None
+
+    # ------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, model_name: str, data_dir: str,
+               hparams: Union[None, str, Mapping[str, Any]] = None) -> "FinetuningConfig":
+        """Builds a config the official way: defaults, hparams, presets, derived paths.
+
+        Args:
+            model_name: str. The pretrained run's name (DATA_DIR/models/MODEL_NAME).
+            data_dir: str. Holds models/ and finetuning_data/.
+            hparams: None, a JSON string, a path to a .json file, or a mapping.
+
+        Raises:
+            ConfigError: unknown key (named, with the closest valid one), wrong type or value.
+        """
+        user = parse_hparams(hparams)
+        for key in ("model_name", "data_dir"):
+            if key in user:
+                raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
+        _check_known(user)
+        values = {"model_name": model_name, "data_dir": data_dir}
+        values.update({k: _coerce(k, v) for k, v in user.items()})
+
+        size = values.get("model_size", cls.model_size)
+        if size not in MODEL_SIZES:
+            raise ConfigError(f"model_size must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
+        presets = {}
+        tasks = values.get("task_names", cls.task_names)
+        if len(tasks) == 1:
+            presets["num_train_epochs"] = 10.0 if tasks[0].lower() in TEN_EPOCH_TASKS else 3.0
+        presets.update(SIZE_PRESETS[size])
+        if values.get("debug", False):
+            presets.update(DEBUG_PRESET)
+        for key, value in presets.items():
+            values.setdefault(key, value)
+
+        config = cls(**values)
+        join = os.path.join
+        pretrained = join(data_dir, "models", model_name)
+        tasks_str = ",".join(config.task_names)
+        derived = {}
+        if config.raw_data_dir is None:
+            derived["raw_data_dir"] = join(data_dir, "finetuning_data")
+        if config.init_checkpoint is None:
+            derived["init_checkpoint"] = pretrained
+        if config.vocab_file is None:
+            # Official: the pretrained model's vocab, else DATA_DIR/vocab.txt.
+            vocab = join(pretrained, "vocab.txt")
+            derived["vocab_file"] = vocab if os.path.isfile(vocab) else join(data_dir, "vocab.txt")
+        if config.model_dir is None:
+            derived["model_dir"] = join(pretrained, "finetuning_models")
+        if config.results_txt is None:
+            derived["results_txt"] = join(pretrained, "results", f"{tasks_str}_results.txt")
+        if config.results_json is None:
+            derived["results_json"] = join(pretrained, "results", f"{tasks_str}_results.json")
+        config = dataclasses.replace(config, **derived)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Checks ranges and combinations; raises ConfigError naming the hparam."""
+        def need(cond, message):
+            if not cond:
+                raise ConfigError(message)
+
+        need(self.do_train or self.do_eval, "nothing to do: set do_train or do_eval to true")
+        need(len(self.task_names) >= 1, "task_names must name at least one task")
+        need(len(set(t.lower() for t in self.task_names)) == len(self.task_names),
+             f"task_names has duplicates: {list(self.task_names)}")
+        need(self.mixed_precision in PRECISIONS,
+             f"mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        need(self.learning_rate >= 0, f"learning_rate must be >= 0, got {self.learning_rate}")
+        need(self.weight_decay_rate >= 0, f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
+        need(self.layerwise_lr_decay <= 1.0,
+             f"layerwise_lr_decay must be <= 1 (<= 0 disables it), got {self.layerwise_lr_decay}")
+        need(self.num_train_epochs > 0, f"num_train_epochs must be > 0, got {self.num_train_epochs}")
+        need(0.0 <= self.warmup_proportion <= 1.0,
+             f"warmup_proportion must be in [0, 1], got {self.warmup_proportion}")
+        need(8 <= self.max_seq_length <= 512,
+             f"max_seq_length must be in [8, 512], got {self.max_seq_length}")
+        for key in ("num_trials", "train_batch_size", "eval_batch_size", "predict_batch_size",
+                    "iterations_per_loop", "log_steps", "vocab_size"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
+
+    @property
+    def task_names_str(self) -> str:
+        return ",".join(self.task_names)
+
+    def trial_model_dir(self, trial: int) -> str:
+        """Where trial `trial` (1-based) exports: model_dir/<tasks>_model_<trial> (official naming)."""
+        return os.path.join(self.model_dir, f"{self.task_names_str}_model_{trial}")
+
+    # --- Serialisation ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["model_hparam_overrides"] = dict(self.model_hparam_overrides)
+        d["task_names"] = list(self.task_names)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FinetuningConfig":
+        """Rebuilds a resolved config (e.g. one saved with a fine-tuned model)."""
+        d = dict(d)
+        _check_known({k: v for k, v in d.items() if k not in ("model_name", "data_dir")})
+        config = cls(**{k: _coerce(k, v) if k not in ("model_name", "data_dir") else v
+                        for k, v in d.items()})
+        config.validate()
+        return config
+
+
+HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(FinetuningConfig)
+                     if f.name not in ("model_name", "data_dir"))
+
+
+def _check_known(hparams: Mapping[str, Any]) -> None:
+    for key in hparams:
+        if key not in HPARAM_NAMES:
+            close = difflib.get_close_matches(key, HPARAM_NAMES, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"Unknown hparam {key!r}{hint}")
+
+
+_TYPES = typing.get_type_hints(FinetuningConfig)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Checks a value against the field's type; ints pass for floats, a string or list for
+    task_names (official accepts "a,b" on its command line too)."""
+    annotation = _TYPES[key]
+    if key == "task_names":
+        if isinstance(value, str):
+            value = [t.strip() for t in value.split(",") if t.strip()]
+        if not (isinstance(value, (list, tuple)) and all(isinstance(t, str) and t for t in value)):
+            raise ConfigError(f"hparam 'task_names' must be a list of task names, got {value!r}")
+        return tuple(value)
+    optional = typing.get_origin(annotation) is Union and type(None) in typing.get_args(annotation)
+    if optional:
+        if value is None:
+            return None
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if annotation is bool:
+        ok = isinstance(value, bool)
+    elif annotation is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif annotation is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif annotation is str:
+        ok = isinstance(value, str)
+    else:  # Mapping
+        ok = isinstance(value, Mapping)
+    if not ok:
+        name = getattr(annotation, "__name__", str(annotation))
+        raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
+                          f"got {value!r} ({type(value).__name__})")
+    return value

@@ -1,0 +1,187 @@
+"""Where fine-tuning starts: the pretrained discriminator's sizes, weights, vocab and tokenization.
+
+`init_checkpoint` (official name) may be any of:
+
+- an electra-tf pretraining model directory (`DATA_DIR/models/NAME`, the default): read with
+  `electra_tf.convert.model_dir.load_model_dir` (its latest checkpoint, or the imported
+  `init_checkpoint/` of a `python -m electra_tf.convert from-google` import). The discriminator
+  encoder's weights are kept; the generator and both pretraining heads are ignored (official:
+  `init_from_checkpoint` on the intersection of variable names);
+- a checkpoint prefix inside such a directory (`.../ckpt-2000`, to fine-tune an intermediate
+  checkpoint);
+- an exported discriminator SavedModel (`.../export/discriminator`, from `run_pretraining.py`).
+  Its `variables/` are a TensorFlow checkpoint whose object graph holds the encoder under
+  `encoder`; a fresh `ElectraEncoder` built from the `config.json` the export carries in
+  `assets.extra/` is restored from it (`tf.train.Checkpoint(encoder=...)`, every variable must
+  match), so fine-tuning updates every encoder weight (not a frozen feature extractor).
+
+With `random_init` (or `debug`) nothing is loaded: the encoder has the sizes of `model_size` /
+`model_hparam_overrides` / `embedding_size` (debug: the official debug model) and random weights,
+the floor a pretrained model must beat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import List, NamedTuple, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.config import ConfigError, PretrainingConfig, get_bert_config
+from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.model import ENCODER_NAME
+from electra_tf.modeling.encoder import ElectraEncoder
+from electra_tf.vocab import Vocab, load_vocab
+
+logger = logging.getLogger("electra_tf")
+
+SAVED_MODEL_FILE = "saved_model.pb"
+SAVED_MODEL_EXTRA = "assets.extra"
+# BERT's default when nothing records the setting.
+DEFAULT_STRIP_ACCENTS = True
+
+
+class PretrainedError(ValueError):
+    """The starting point cannot be read; the message names the path."""
+
+
+class Pretrained(NamedTuple):
+    """What fine-tuning starts from.
+
+    Attributes:
+        encoder_config: dict of ElectraEncoder arguments (ModelConfig fields).
+        weights: list of numpy arrays in `ElectraEncoder.get_weights()` order, or None (random).
+        vocab: Vocab.
+        do_lower_case: bool. How the pretraining data was tokenized.
+        strip_accents: bool.
+        kind: "model_dir", "checkpoint", "saved_model" or "random".
+        source: str. Path (or "random"), for logs and results.
+        step: int. Pretraining step of the checkpoint (0 when unknown or random).
+    """
+
+    encoder_config: dict
+    weights: Optional[List[np.ndarray]]
+    vocab: Vocab
+    do_lower_case: bool
+    strip_accents: bool
+    kind: str
+    source: str
+    step: int
+
+
+def _tokenization(pretraining: Optional[PretrainingConfig], config: FinetuningConfig,
+                  manifest_settings=None):
+    do_lower_case = (config.do_lower_case if config.do_lower_case is not None
+                     else manifest_settings.do_lower_case if manifest_settings is not None
+                     else pretraining.do_lower_case if pretraining is not None else True)
+    strip_accents = (config.strip_accents if config.strip_accents is not None
+                     else manifest_settings.strip_accents if manifest_settings is not None
+                     else DEFAULT_STRIP_ACCENTS)
+    return do_lower_case, strip_accents
+
+
+def _random(config: FinetuningConfig) -> Pretrained:
+    hparams = {"model_size": config.model_size, "vocab_size": config.vocab_size,
+               "model_hparam_overrides": dict(config.model_hparam_overrides),
+               "debug": config.debug, "embedding_size": config.embedding_size}
+    try:
+        bert = get_bert_config(PretrainingConfig.create(config.model_name, config.data_dir, hparams))
+    except ConfigError as e:
+        raise PretrainedError(f"random_init model sizes: {e}") from None
+    vocab = load_vocab(config.vocab_file)
+    if vocab.size > bert.vocab_size:
+        raise PretrainedError(f"{config.vocab_file} has {vocab.size} tokens but vocab_size is "
+                              f"{bert.vocab_size}: set the vocab_size hparam")
+    do_lower_case, strip_accents = _tokenization(None, config)
+    return Pretrained(bert.to_dict(), None, vocab, do_lower_case, strip_accents, "random",
+                      "random", 0)
+
+
+def _model_dir_and_checkpoint(path: str):
+    """(model_dir, checkpoint prefix or None) for a model dir or a checkpoint prefix."""
+    if os.path.isdir(path):
+        return path, None
+    if tf.io.gfile.exists(path + ".index"):
+        model_dir = os.path.dirname(path)
+        if os.path.basename(model_dir) == "init_checkpoint":  # from-google's import layout
+            model_dir = os.path.dirname(model_dir)
+        return model_dir, path
+    raise PretrainedError(f"init_checkpoint {path}: not a model directory, a checkpoint prefix "
+                          "(no .index file) or a SavedModel")
+
+
+def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
+    from electra_tf.convert.model_dir import load_model_dir
+    from electra_tf.convert.names import ConversionError
+    from electra_tf.training.export import tokenization_settings
+
+    model_dir, checkpoint = _model_dir_and_checkpoint(path)
+    try:
+        loaded = load_model_dir(model_dir, checkpoint)
+    except ConversionError as e:
+        raise PretrainedError(f"init_checkpoint {path}: {e}") from None
+    encoder = loaded.model.discriminator
+    if not isinstance(encoder, ElectraEncoder):
+        raise PretrainedError(f"init_checkpoint {path}: the discriminator is a "
+                              f"{type(encoder).__name__}, not an ElectraEncoder")
+    bert = get_bert_config(loaded.config)
+    do_lower_case, strip_accents = _tokenization(loaded.config, config,
+                                                 tokenization_settings(loaded.config))
+    return Pretrained(bert.to_dict(), encoder.get_weights(), loaded.vocab, do_lower_case,
+                      strip_accents, "checkpoint" if checkpoint else "model_dir",
+                      loaded.checkpoint, loaded.step)
+
+
+def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
+    extra = os.path.join(path, SAVED_MODEL_EXTRA)
+    config_path = os.path.join(extra, "config.json")
+    vocab_path = os.path.join(extra, "vocab.txt")
+    for needed in (config_path, vocab_path):
+        if not os.path.isfile(needed):
+            raise PretrainedError(f"init_checkpoint {path}: SavedModel lacks {needed} (export it "
+                                  "with run_pretraining.py, which stores config.json and vocab.txt)")
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            pretraining = PretrainingConfig.from_dict(json.load(f))
+    except (ConfigError, TypeError, ValueError) as e:
+        raise PretrainedError(f"{config_path}: {e}") from None
+    bert = get_bert_config(pretraining)
+    encoder = ElectraEncoder.from_model_config(bert, name=ENCODER_NAME)
+    variables = os.path.join(path, "variables", "variables")
+    try:
+        # `read` (not `restore`): no save_counter of our own to match against the export.
+        status = tf.train.Checkpoint(encoder=encoder).read(variables)
+        status.expect_partial().assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PretrainedError(f"init_checkpoint {path}: its variables do not match the encoder "
+                              f"of its config.json: {first[:300]}") from None
+    do_lower_case, strip_accents = _tokenization(pretraining, config)
+    return Pretrained(bert.to_dict(), encoder.get_weights(), load_vocab(vocab_path), do_lower_case,
+                      strip_accents, "saved_model", path, 0)
+
+
+def load_pretrained(config: FinetuningConfig) -> Pretrained:
+    """Reads the starting point named by `config.init_checkpoint` (see module docstring).
+
+    Raises:
+        PretrainedError: missing or unreadable starting point (names the path).
+    """
+    if config.random_init or config.debug:
+        return _random(config)
+    path = config.init_checkpoint
+    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        pretrained = _from_saved_model(path, config)
+    elif os.path.isdir(path) or tf.io.gfile.exists(path + ".index"):
+        pretrained = _from_model_dir(path, config)
+    else:
+        raise PretrainedError(f"init_checkpoint {path}: does not exist (give a pretraining model "
+                              "directory, a checkpoint prefix or an exported SavedModel, or set "
+                              "random_init)")
+    logger.info("fine-tuning from %s (%s, step %d): %d layers, hidden %d", pretrained.source,
+                pretrained.kind, pretrained.step, pretrained.encoder_config["num_hidden_layers"],
+                pretrained.encoder_config["hidden_size"])
+    return pretrained
