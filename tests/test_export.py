@@ -7,7 +7,6 @@ is not importable, and its outputs are compared with the in-memory model's on th
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 

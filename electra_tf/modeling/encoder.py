@@ -153,7 +153,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         qkv_bias = tf.concat([bias(p) for p in projections], 0)
         qkv = tf.nn.bias_add(tf.matmul(rows, qkv_kernel), qkv_bias)  # [B*L, 3*heads*hs]
         qkv = tf.transpose(tf.reshape(qkv, [batch, seq, 3, heads, head_size]), [2, 0, 3, 1, 4])
-        query, key, value = qkv[0], qkv[1], qkv[2]  # [B, heads, L, hs]
+        # unstack, not qkv[i]: a slice's gradient would materialise three full-size zero tensors.
+        query, key, value = tf.unstack(qkv, 3)  # [B, heads, L, hs]
         query = query * tf.cast(attention._inverse_sqrt_key_dim, dtype)  # keras scales the query
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
         if padding_mask is not None:
@@ -171,7 +172,9 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
 
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
         hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
-        if inner.activation is not None:
+        if inner.activation is keras.activations.gelu and dtype != "float32":
+            hidden = gelu(hidden)  # bfloat16 Eigen kernels are slow: compute in float32
+        elif inner.activation is not None:
             hidden = inner.activation(hidden)
         hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))
         hidden = dropout(hidden, self._feedforward_dropout, training) + attended
@@ -431,5 +434,32 @@ def _layer_norm(x, gamma, beta, epsilon):
                      - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1,
                                                    keepdims=True))
         return dx, d_gamma, d_beta, None
+
+    return y, grad
+
+
+# Exact GELU constants: Phi(x) = 0.5 * erfc(-x / sqrt(2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+@tf.custom_gradient
+def gelu(x):
+    """Exact (erf) GELU, x * Phi(x), computed in float32 whatever x's dtype; result in x's dtype.
+
+    keras' gelu under mixed_bfloat16 runs every elementwise op of the erf form and of its
+    gradient as a bfloat16 Eigen kernel, which is not vectorised on CPU (measured: the FFN
+    activation was a quarter of a bfloat16 ELECTRA-small step). Here the forward pass is one
+    float32 erfc and two multiplies, and the backward pass recomputes Phi from the saved input
+    (no extra float32 [tokens, FFN] tensor is kept): dx = dy * (Phi(x) + x * phi(x)).
+    """
+    x32 = tf.cast(x, tf.float32)
+    y = tf.cast(x32 * (0.5 * tf.math.erfc(x32 * -_SQRT_HALF)), x.dtype)
+
+    def grad(dy):
+        t = tf.cast(x, tf.float32)
+        cdf = 0.5 * tf.math.erfc(t * -_SQRT_HALF)
+        pdf = tf.exp(-0.5 * tf.square(t)) * _INV_SQRT_2PI
+        return tf.cast(tf.cast(dy, tf.float32) * (cdf + t * pdf), x.dtype)
 
     return y, grad

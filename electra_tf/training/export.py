@@ -5,8 +5,10 @@
   `replaced_probs` [batch, seq] (probability each token was replaced) and `sequence_output`
   [batch, seq, hidden];
 - `serve_text`: a batch of raw strings, tokenized in-graph exactly as the dataset builder does
-  (tensorflow-text), packed as `[CLS] tokens [SEP]`, truncated to max_seq_length and padded to the
-  longest in the batch -> the same outputs plus the `input_ids` and `input_mask` used.
+  (tensorflow-text, with the `do_lower_case` / `strip_accents` recorded in the dataset manifest,
+  see `tokenization_settings`), packed as `[CLS] tokens [SEP]`, truncated to max_seq_length and
+  padded to the longest in the batch -> the same outputs plus the `input_ids` and `input_mask`
+  used.
 
 `model_dir/export/generator/` serves `serving_default` -> `mlm_logits` [batch, seq, vocab]
 (masked-LM logits at every position; feed [MASK] where you want predictions).
