@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.convert.model_dir import INIT_CHECKPOINT_DIR  # imported weights (from-google)
 from electra_tf.data import pipeline
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.metrics import PretrainingMetrics
@@ -241,8 +242,11 @@ class Trainer:
         self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
         self.restored_from = None
         path, own_data = self._checkpoint_to_restore()
+        init_path = tf.train.latest_checkpoint(os.path.join(config.model_dir, INIT_CHECKPOINT_DIR))
         if path:
             self._restore(path, own_data)
+        elif init_path:
+            self._restore_init(init_path)
         elif not config.do_train:
             raise TrainingError(f"no checkpoint in {config.model_dir} to "
                                 f"{'evaluate' if config.do_eval else 'export'}: train first "
@@ -358,6 +362,23 @@ class Trainer:
             self.train_iterator = self._make_train_iterator(self.config.seed + self.step)
             self._make_checkpoint()
         logger.info("restored %s (step %d)", path, self.step)
+
+    def _restore_init(self, path: str) -> None:
+        """Starts from an imported model-only checkpoint (`python -m electra_tf.convert
+        from-google`): weights and step come from it, the optimizer starts fresh."""
+        step = tf.Variable(0, dtype=tf.int64)
+        try:
+            tf.train.Checkpoint(model=self.model, step=step).restore(
+                path).assert_existing_objects_matched().expect_partial()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TrainingError(f"cannot start from the imported checkpoint {path}: it does not "
+                                f"match this run's model ({first_line[:300]}). Use the hparams "
+                                "`from-google` printed") from None
+        self.optimizer.iterations.assign(step)
+        self.restored_from = path
+        logger.info("initialised from the imported checkpoint %s (step %d, fresh optimizer)",
+                    path, self.step)
 
     def _checkpoint_dir(self) -> str:
         if self.chief:
