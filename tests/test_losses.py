@@ -145,7 +145,7 @@ def _init_values():
             rng.normal(size=(HIDDEN,)).astype(np.float32))
 
 
-def test_two_replica_mirrored_loss_and_gradients_equal_one_device():
+def test_two_replica_mirrored_loss_and_gradients_equal_one_device(mirrored_strategy):
     ids, mask = _global_batch()
     step_seed = tf.constant([17, 3], tf.int64)
     table0, vec0 = _init_values()
@@ -158,7 +158,7 @@ def test_two_replica_mirrored_loss_and_gradients_equal_one_device():
     grads_1 = tape.gradient(loss_1, [table, vec])
 
     # two replicas, each holding half of the global batch
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy  # shared: see tests/conftest.py
     with strategy.scope():
         m_table, m_vec = tf.Variable(table0), tf.Variable(vec0)
     half = GLOBAL_BATCH // 2

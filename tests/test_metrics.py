@@ -105,8 +105,8 @@ def test_metric_inputs_builds_official_dict_from_package_outputs():
         "input_ids", "masked_lm_preds", "mlm_loss", "masked_lm_ids", "masked_lm_weights", "input_mask"}
 
 
-def test_update_inside_mirrored_strategy_equals_one_device():
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def test_update_inside_mirrored_strategy_equals_one_device(mirrored_strategy):
+    strategy = mirrored_strategy  # shared: see tests/conftest.py
     with strategy.scope():
         m = metrics_lib.PretrainingMetrics()
     out = _outputs()

@@ -469,13 +469,11 @@ def single_device_run():
 
 
 @pytest.fixture(scope="module")
-def mirrored():
-    # ONE strategy for every run in this file: each new MirroredStrategy restarts its collective
-    # instance keys, and a second strategy running a different graph in the same process then
-    # aborts with "Shape mismatch in the collective instance 100" (TF 2.21, CPU collectives).
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    assert strategy.num_replicas_in_sync == 2
-    return strategy
+def mirrored(mirrored_strategy):
+    # The session's one strategy (tests/conftest.py): a second MirroredStrategy running a different
+    # graph in the same process aborts with "Shape mismatch in the collective instance 100".
+    assert mirrored_strategy.num_replicas_in_sync == 2
+    return mirrored_strategy
 
 
 def test_mirrored_matches_one_device_with_active_clipping(single_device_run, mirrored):

@@ -43,9 +43,9 @@ def test_example_seeds_in_graph_mode_match_eager():
         fn(seed, tf.constant(2), tf.constant(3)).numpy(), seeds_lib.example_seeds(seed, 2, 3, 2).numpy())
 
 
-def test_replica_example_offset_outside_and_inside_mirrored_strategy():
+def test_replica_example_offset_outside_and_inside_mirrored_strategy(mirrored_strategy):
     assert int(seeds_lib.replica_example_offset(4)) == 0
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    strategy = mirrored_strategy  # shared: see tests/conftest.py
 
     @tf.function
     def step():
