@@ -165,6 +165,11 @@ class PretrainingConfig:
     num_train_steps: int = 1000000
     num_eval_steps: int = 100
     keep_checkpoint_max: int = 5  # 0 keeps all
+    # Steps with a non-finite loss or gradient norm to skip (no update applied, counted in the
+    # `skipped_steps` scalar) before stopping; 0 stops at the first (one device only).
+    max_skipped_nonfinite_steps: int = 0
+    # Read every TFRecord once at start (CRC, feature names/lengths, counts vs the manifest).
+    verify_tfrecords: bool = False
     seed: int = 0  # every random draw (init, masking, sampling, dropout, data order) derives from it
     strategy: str = "auto"  # auto | one_device | mirrored | multi_worker | tpu
     mixed_precision: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16 (with loss scaling)
@@ -289,6 +294,8 @@ class PretrainingConfig:
             need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
         need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
         need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
+        need(self.max_skipped_nonfinite_steps >= 0,
+             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
         need(self.learning_rate >= 0.0, "learning_rate must be >= 0")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
         unknown = sorted(set(self.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
@@ -357,8 +364,11 @@ def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
         if not os.path.isfile(text):
             raise ConfigError(f"hparams file not found: {text}")
         source = text
-        with open(text, encoding="utf-8") as f:
-            text = f.read()
+        try:
+            with open(text, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{source}: not a UTF-8 JSON file (byte offset {e.start})") from None
     try:
         parsed = json.loads(text) if text else {}
     except json.JSONDecodeError as e:

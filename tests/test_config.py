@@ -139,3 +139,10 @@ def test_save_load_round_trip(tmp_path):
     d["bogus"] = 1
     with pytest.raises(ConfigError, match="Unknown hparam 'bogus'"):
         PretrainingConfig.from_dict(d)
+
+
+def test_binary_hparams_file_is_a_config_error(tmp_path):
+    path = tmp_path / "h.json"
+    path.write_bytes(b"\x80\x04\x95 pickle-ish bytes")
+    with pytest.raises(ConfigError, match="not a UTF-8 JSON file"):
+        make(str(path))

@@ -142,3 +142,24 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
     np.testing.assert_allclose(fast_y, slow_y, rtol=1e-5, atol=1e-5)
     for a, b in zip(fast_g, slow_g):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, monkeypatch):
+    # float16 cannot hold the -1e9 mask value: keras uses -3e4 there, and so must the fused block
+    # (0 * -inf would turn every kept score into NaN).
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(4)
+        layer = encoder.TransformerLayer(64, 4, activation=keras.activations.gelu,
+                                         layer_norm_epsilon=1e-12)
+        layer.build((None, None, 32))
+        x = tf.random.stateless_normal([2, 7, 32], [5, 6])
+        mask = tf.constant([[1] * 7, [1] * 3 + [0] * 4])
+        fast = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
+        monkeypatch.setattr(encoder, "FUSED_BLOCK", False)
+        slow = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert np.all(np.isfinite(fast))
+    np.testing.assert_allclose(fast, slow, atol=0.1)

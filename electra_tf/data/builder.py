@@ -204,7 +204,22 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
 
 
 def _check_output_dir(config: BuildConfig) -> None:
-    if os.path.isdir(config.output_dir) and os.listdir(config.output_dir) and not config.overwrite:
+    names = os.listdir(config.output_dir) if os.path.isdir(config.output_dir) else []
+    partial = [n for n in names if n.startswith(_TMP_PREFIX)]
+    if names and MANIFEST_NAME not in names and all(
+            n.startswith(_TMP_PREFIX) or _OUR_FILES.match(n) for n in names):
+        # A build killed before its manifest (written last): its shards are incomplete or
+        # unverified, never to be mixed with a new build's.
+        if not config.overwrite:
+            raise BuildError(
+                f"output dir {config.output_dir} holds an interrupted build ({len(partial)} "
+                f"temporary {_TMP_PREFIX}* file(s), {len(names) - len(partial)} shard(s), no "
+                f"{MANIFEST_NAME}); pass --overwrite to delete it and build afresh")
+        logger.warning("--overwrite: removing an interrupted build in %s (%d temporary files, no "
+                       "%s)", config.output_dir, len(partial), MANIFEST_NAME)
+        _remove_previous_dataset(config.output_dir, keep=())
+        return
+    if names and not config.overwrite:
         raise BuildError(
             f"output dir {config.output_dir} exists and is not empty; pass --overwrite to replace "
             f"the dataset in it")

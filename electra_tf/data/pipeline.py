@@ -26,6 +26,11 @@ from electra_tf.data import tfrecord_io
 RECORD_SHUFFLE_BUFFER = 1000
 # Official: cycle_length = min(4, number of files).
 MAX_INTERLEAVE_CYCLE = 4
+# Temporary shard names of build_pretraining_dataset.py (electra_tf.data.builder), whose manifest
+# is written last: such files and no manifest mean a build that was killed.
+PARTIAL_PREFIX = ".partial-"
+# Records per read in `verify_records` (a vectorised parse; the size only sets memory use).
+VERIFY_BATCH = 1024
 
 
 class DataError(ValueError):
@@ -48,12 +53,67 @@ def list_files(patterns: str) -> List[str]:
     return sorted(files)
 
 
+def verify_records(paths: List[str], *, max_seq_length: int,
+                   expected_counts: Optional[dict] = None) -> int:
+    """Reads and parses every record of each file once; returns the number of records.
+
+    The TFRecord reader checks each record's CRC32C, so a garbled or truncated shard fails here,
+    named, instead of mid-run; the parse checks the feature names and lengths.
+
+    Args:
+        paths: TFRecord files.
+        max_seq_length: int. The length every feature must have.
+        expected_counts: optional {path: number of records} (from the manifest).
+
+    Raises:
+        DataError: naming the file, the record index and what is wrong.
+    """
+    total = 0
+    for path in paths:
+        count = 0
+        try:
+            for records in tf.data.TFRecordDataset(path).batch(VERIFY_BATCH):
+                tfrecord_io.parse_example(records, max_seq_length)
+                count += int(records.shape[0])
+        except tf.errors.DataLossError as e:
+            raise DataError(f"{path}: corrupted or truncated TFRecord file after {count} good "
+                            f"records ({_first_line(e)}); rebuild the dataset") from None
+        except tf.errors.InvalidArgumentError as e:
+            raise DataError(f"{path}: records near #{count} are not examples with the features "
+                            f"{', '.join(tfrecord_io.FEATURE_NAMES)} of length {max_seq_length} "
+                            f"({_first_line(e)})") from None
+        expected = (expected_counts or {}).get(os.path.abspath(path))
+        if expected is not None and count != expected:
+            raise DataError(f"{path} holds {count} records but its manifest lists {expected}; "
+                            "rebuild the dataset")
+        total += count
+    return total
+
+
+def find_bad_file(patterns: str, max_seq_length: int) -> Optional[str]:
+    """The DataError message for the first unreadable file of `patterns`, or None (used to name
+    the file after a record fails mid-run: tf.data's own message has no file name)."""
+    for path in list_files(patterns):
+        try:
+            verify_records([path], max_seq_length=max_seq_length)
+        except DataError as e:
+            return str(e)
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
 def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, vocab_size: int,
-                     split: str = "train") -> Optional[dict]:
+                     split: str = "train", verify: bool = False) -> Optional[dict]:
     """Checks the builder's manifest beside the matched shards against the training config.
 
     Every directory holding matched files must have a `manifest.json` whose vocab checksum and
     max_seq_length agree, and the matched shards must be the manifest's (sizes included).
+
+    With `verify`, every record is also read once (`verify_records`: CRC, features, counts).
 
     Returns:
         A summary {"num_examples": int or None, "manifests": [paths]}; num_examples is None when
@@ -67,7 +127,15 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
     for directory in sorted({os.path.dirname(f) for f in files}):
         manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
         if not os.path.exists(manifest_path):
+            partial = [n for n in os.listdir(directory) if n.startswith(PARTIAL_PREFIX)]
+            if partial:
+                raise DataError(f"{directory} holds an interrupted dataset build ({partial[0]}, no "
+                                f"{tfrecord_io.MANIFEST_NAME}): rerun build_pretraining_dataset.py "
+                                "with --overwrite")
             total = None
+            if verify:
+                verify_records([f for f in files if os.path.dirname(f) == directory],
+                               max_seq_length=max_seq_length)
             continue
         try:
             manifest = tfrecord_io.read_manifest(manifest_path)
@@ -82,6 +150,10 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
             raise DataError(f"{stray[0]} matches the {split} file pattern but is not listed in "
                             f"{manifest_path} (a leftover or foreign shard?)")
         manifests.append(manifest_path)
+        if verify:
+            counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
+                      for sh in manifest["splits"][split]["shards"]}
+            verify_records(sorted(matched), max_seq_length=max_seq_length, expected_counts=counts)
         if total is not None:
             total += sum(s["examples"] for s in manifest["splits"][split]["shards"]
                          if os.path.abspath(os.path.join(directory, s["file"])) in matched)

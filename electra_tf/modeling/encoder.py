@@ -70,10 +70,15 @@ from electra_tf.modeling.embeddings import (
 # tests can compare them.
 FUSED_BLOCK = True
 
-# keras.layers.Softmax replaces masked attention scores by this value (keras `_large_negative_number`
-# for float32 and bfloat16); the fused block adds it instead, which gives the same float
-# probabilities whenever a row has at least one unmasked key (-1e9 + score rounds to -1e9).
+# keras.layers.Softmax replaces masked attention scores by these values (keras
+# `_large_negative_number`: -3e4 in float16, which cannot hold -1e9); the fused block adds them
+# instead, which gives the same float probabilities whenever a row has at least one unmasked key
+# (score + large negative rounds to the large negative, whose exp underflows to 0).
 _MASKED_SCORE = -1e9
+_MASKED_SCORE_FLOAT16 = -3e4
+# Compute dtypes in which the FFN's exact GELU runs as `gelu` below (float32 math, closed-form
+# gradient) instead of keras' op-by-op erf form: half-precision Eigen kernels are slow on CPU.
+_CUSTOM_GELU_DTYPES = ("bfloat16", "float16")
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -158,8 +163,10 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         query = query * tf.cast(attention._inverse_sqrt_key_dim, dtype)  # keras scales the query
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
         if padding_mask is not None:
-            keep = tf.cast(tf.cast(padding_mask, tf.bool), dtype)[:, tf.newaxis, tf.newaxis, :]
-            scores = scores + (1.0 - keep) * tf.cast(_MASKED_SCORE, dtype)
+            masked_score = _MASKED_SCORE_FLOAT16 if dtype == "float16" else _MASKED_SCORE
+            keep = tf.cast(padding_mask, tf.bool)[:, tf.newaxis, tf.newaxis, :]
+            scores = scores + tf.where(keep, tf.constant(0.0, dtype),
+                                       tf.constant(masked_score, dtype))
         probs = tf.nn.softmax(scores, axis=-1)
         probs = dropout(probs, attention._dropout_layer, training)
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
@@ -172,8 +179,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
 
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
         hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
-        if inner.activation is keras.activations.gelu and dtype != "float32":
-            hidden = gelu(hidden)  # bfloat16 Eigen kernels are slow: compute in float32
+        if inner.activation is keras.activations.gelu and dtype in _CUSTOM_GELU_DTYPES:
+            hidden = gelu(hidden)
         elif inner.activation is not None:
             hidden = inner.activation(hidden)
         hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))

@@ -33,7 +33,7 @@ import math
 import os
 import shutil
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import keras
 import numpy as np
@@ -70,6 +70,8 @@ WORKER_CHECKPOINT_DIR = "workers"
 TRAIN_DATA_KEY_NAME = "train_data_key"
 # Seed stream for evaluation masks, kept apart from the training steps' streams.
 EVAL_SEED_OFFSET = 1 << 40
+# tf.train.CheckpointManager's default checkpoint_name: checkpoints are `ckpt-<global step>`.
+CHECKPOINT_PREFIX = "ckpt"
 
 
 class TrainingError(RuntimeError):
@@ -203,11 +205,13 @@ class Trainer:
         if config.do_train:
             self.dataset_summaries["train"] = pipeline.validate_dataset(
                 config.pretrain_tfrecords, max_seq_length=config.max_seq_length,
-                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="train")
+                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="train",
+                verify=config.verify_tfrecords)
         if config.do_eval:
             self.dataset_summaries["eval"] = pipeline.validate_dataset(
                 config.eval_tfrecords, max_seq_length=config.max_seq_length,
-                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="eval")
+                vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="eval",
+                verify=config.verify_tfrecords)
         if overwrite and self.chief:
             remove_run(config.model_dir)
         # An eval- or export-only run reads the run's checkpoint and leaves its config alone.
@@ -240,6 +244,11 @@ class Trainer:
             self.train_iterator = self._make_train_iterator(config.seed)
         self._make_checkpoint()
         self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
+        self.skipped_steps = 0  # non-finite steps skipped in this process
+        if config.max_skipped_nonfinite_steps and self.strategy.num_replicas_in_sync > 1:
+            raise TrainingError("max_skipped_nonfinite_steps needs a single replica (the skip "
+                                f"cannot be agreed across {self.strategy.num_replicas_in_sync} "
+                                "replicas yet): set it to 0")
         self.restored_from = None
         path, own_data = self._checkpoint_to_restore()
         init_path = tf.train.latest_checkpoint(os.path.join(config.model_dir, INIT_CHECKPOINT_DIR))
@@ -259,11 +268,11 @@ class Trainer:
         checkpoint of that same step (which holds its data position); if it has none (killed
         between the two saves), it takes the chief's weights and restarts its data.
         """
-        latest = tf.train.latest_checkpoint(self.config.model_dir)
+        latest = latest_good_checkpoint(self.config.model_dir)
         if self.chief or latest is None:
             return latest, True
-        own = self.manager.latest_checkpoint
-        if own is not None and _checkpoint_number(own) == _checkpoint_number(latest):
+        own = latest_good_checkpoint(self._checkpoint_dir(), at_step=_checkpoint_number(latest))
+        if own is not None:
             return own, True
         return latest, False
 
@@ -416,6 +425,7 @@ class Trainer:
         config, model, optimizer, strategy = self.config, self.model, self.optimizer, self.strategy
         variables = model.trainable_variables
         loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        skip_nonfinite = config.max_skipped_nonfinite_steps > 0
 
         def forward_backward(batch, seed):
             with tf.GradientTape() as tape:
@@ -433,14 +443,29 @@ class Trainer:
                              tf.cast(optimizer.iterations, tf.int64)])
             outputs, grads = forward_backward(batch, seed)
             lr = self.schedule(optimizer.iterations)
-            grad_norm = optimization.apply_gradients(optimizer, grads, variables)
-            self.metrics.update_state(outputs["metric_inputs"])
+            if not skip_nonfinite:
+                grad_norm = optimization.apply_gradients(optimizer, grads, variables)
+                self.metrics.update_state(outputs["metric_inputs"])
+                skipped = tf.constant(0.0)
+            else:
+                # A bad batch: neither the weights nor the optimizer (slots, step counter) change;
+                # the data iterator has moved past it.
+                present = [g for g in grads if g is not None]
+                bad = diverged(outputs["total_loss"], tf.linalg.global_norm(present))
+
+                def apply():
+                    norm = optimization.apply_gradients(optimizer, grads, variables)
+                    self.metrics.update_state(outputs["metric_inputs"])
+                    return norm
+
+                grad_norm = tf.cond(bad, lambda: tf.constant(float("nan")), apply)
+                skipped = tf.cast(bad, tf.float32)
             tokens = tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))
             return {"total_loss": outputs["total_loss"], "masked_lm_loss": outputs["masked_lm_loss"],
                     "disc_loss": outputs["disc_loss"], "tokens": tokens, "grad_norm": grad_norm,
-                    "learning_rate": tf.cast(lr, tf.float32)}
+                    "learning_rate": tf.cast(lr, tf.float32), "skipped": skipped}
 
-        summed = ("total_loss", "masked_lm_loss", "disc_loss", "tokens")
+        summed = ("total_loss", "masked_lm_loss", "disc_loss", "tokens", "skipped")
 
         def diverged(loss, grad_norm):
             # A non-finite gradient norm makes the clipped update NaN (the weights are lost even
@@ -465,7 +490,7 @@ class Trainer:
                 # Reassign (not mutate) so autograph carries the arrays through the loop.
                 history = {k: ta.write(i, values[k]) for k, ta in history.items()}
                 done = i + 1
-                if diverged(values["total_loss"], values["grad_norm"]):
+                if values["skipped"] == 0.0 and diverged(values["total_loss"], values["grad_norm"]):
                     break
             return done, {k: ta.stack()[:done] for k, ta in history.items()}
 
@@ -500,19 +525,31 @@ class Trainer:
                 num_steps = min(config.iterations_per_loop, to_checkpoint, end_step - step)
                 self.metrics.reset_state()
                 t0 = time.time()
-                done, history = train_loop(iterator, tf.constant(num_steps))
+                try:
+                    done, history = train_loop(iterator, tf.constant(num_steps))
+                except tf.errors.DataLossError as e:
+                    # tf.data's message has an offset but no file name: find the file.
+                    found = pipeline.find_bad_file(config.pretrain_tfrecords, config.max_seq_length)
+                    raise TrainingError(
+                        f"a training record failed to read at step {self.step}: "
+                        f"{found or str(e).strip().splitlines()[0][:200]}. Training stopped; the "
+                        f"last good checkpoint is {self.manager.latest_checkpoint}") from None
                 done = int(done)
                 history = {k: v.numpy() for k, v in history.items()}
                 elapsed = time.time() - t0
+                self._count_skipped(history, step)
                 self._check_finite(history, step + done - 1)
-                scalars = {k: float(history[k].mean()) for k in ("total_loss", "masked_lm_loss",
-                                                                 "disc_loss", "grad_norm")}
+                applied = history["skipped"] == 0  # the loop's scalars cover applied steps only
+                scalars = {k: float(history[k][applied].mean()) if applied.any() else float("nan")
+                           for k in ("total_loss", "masked_lm_loss", "disc_loss", "grad_norm")}
                 # The rate of the loop's last update, lr(step - 1) at summary step `step`.
                 scalars["learning_rate"] = float(history["learning_rate"][-1])
                 scalars.update({k: float(v) for k, v in self.metrics.result().items()
                                 if k not in ("masked_lm_loss", "disc_loss")})
                 scalars["examples_per_second"] = done * config.train_batch_size / elapsed
                 scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
+                if config.max_skipped_nonfinite_steps:
+                    scalars["skipped_steps"] = float(self.skipped_steps)
                 if self.chief:
                     with writer.as_default(step=self.step):
                         for name, value in scalars.items():
@@ -535,8 +572,29 @@ class Trainer:
                 self.manager.latest_checkpoint)
         return scalars
 
+    def _count_skipped(self, history: Dict[str, np.ndarray], first_step: int) -> None:
+        """Logs each skipped non-finite step (`max_skipped_nonfinite_steps`); raises TrainingError
+        once more than that many were skipped in this process (a run that truly diverged)."""
+        limit = self.config.max_skipped_nonfinite_steps
+        for index in np.flatnonzero(history["skipped"]):
+            self.skipped_steps += 1
+            terms = ", ".join(f"{k}={float(history[k][index])}" for k in
+                              ("total_loss", "masked_lm_loss", "disc_loss")
+                              if not math.isfinite(float(history[k][index])))
+            logger.warning("non-finite step at step %d (%s): batch skipped, no update applied "
+                           "(%d of at most %d skipped)",
+                           first_step + int(np.sum(history["skipped"][:index] == 0)),
+                           terms or "gradient norm", self.skipped_steps, limit)
+        if self.skipped_steps > limit:
+            raise TrainingError(
+                f"{self.skipped_steps} non-finite steps skipped, more than "
+                f"max_skipped_nonfinite_steps={limit}: the run has diverged. Training stopped "
+                f"without saving; the last good checkpoint is {self.manager.latest_checkpoint}")
+
     def _check_finite(self, history: Dict[str, np.ndarray], last_step: int) -> None:
         """Raises TrainingError if the loop's last step diverged (see `diverged` in the loop)."""
+        if history["skipped"].size and history["skipped"][-1]:
+            return  # skipped, not applied (`_count_skipped`)
         names = ["total_loss", "masked_lm_loss", "disc_loss"]
         if not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
             names.append("grad_norm")
@@ -550,7 +608,25 @@ class Trainer:
             f"{self.manager.latest_checkpoint}")
 
     def _save(self) -> None:
-        path = self.manager.save(checkpoint_number=self.step)
+        """Saves `ckpt-<step>`; a failed save (disk full, unwritable directory) is a TrainingError.
+
+        TensorFlow writes the data under a temporary name and the `checkpoint` state file last,
+        so a failed save never becomes the latest checkpoint; its temporary files are removed
+        (they hold the space a retry needs) and a restart resumes from the last complete one.
+        """
+        directory = self._checkpoint_dir()
+        try:
+            path = self.manager.save(checkpoint_number=self.step)
+        except (tf.errors.OpError, OSError) as e:
+            name = os.path.join(directory, f"{CHECKPOINT_PREFIX}-{self.step}")
+            shutil.rmtree(name + "_temp", ignore_errors=True)
+            text = str(e).strip()
+            reason = (text.splitlines()[0] if text else type(e).__name__)
+            reason = reason.split("; ", 1)[-1] if "; " in reason else reason
+            raise TrainingError(
+                f"cannot save checkpoint {name} ({reason[:200]}): training stopped. The last "
+                f"complete checkpoint is {self.manager.latest_checkpoint}; free space or fix the "
+                f"permissions of {directory} and rerun to resume from it") from None
         if self.chief:
             logger.info("saved checkpoint %s", path)
 
@@ -631,7 +707,86 @@ def _copy_atomically(source: str, target: str) -> None:
 
 def _checkpoint_number(path: str) -> int:
     """N of a CheckpointManager path `.../ckpt-N` (the global step it was saved at)."""
-    return int(path.rsplit("-", 1)[1])
+    return int(os.path.basename(path).rsplit("-", 1)[1])
+
+
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why the checkpoint `path` (a prefix `.../ckpt-N`) cannot be restored, or None if it can.
+
+    Reads every tensor back: the bundle reader checks each tensor's CRC32C, so a truncated or
+    garbled `.data` file, a garbled `.index` or a missing file is found here, before any
+    variable is assigned (costs one extra read of the checkpoint at start-up).
+    """
+    try:
+        reader = tf.train.load_checkpoint(path)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            if dtype == tf.variant:  # the data iterator's state: not convertible to numpy
+                tf.raw_ops.RestoreV2(prefix=path, tensor_names=[name], shape_and_slices=[""],
+                                     dtypes=[tf.variant])
+            else:
+                reader.get_tensor(name)
+    except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError, TypeError) as e:
+        # (the reader raises IndexError for a data file cut short)
+        text = str(e).strip()
+        return (text.splitlines()[0] if text else type(e).__name__)[:300]
+    return None
+
+
+def checkpoint_candidates(directory: str) -> List[str]:
+    """Checkpoint prefixes `ckpt-N` in `directory`, newest (highest N) first: every one with an
+    index file, and those the `checkpoint` state file names (even if their files are gone)."""
+    prefixes = {path[:-len(".index")] for path in
+                tf.io.gfile.glob(os.path.join(directory, f"{CHECKPOINT_PREFIX}-*.index"))}
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError):  # a garbled state file: the index files decide
+        state = None
+    if state is not None:
+        for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
+            if path:
+                prefixes.add(path if os.path.isabs(path) else os.path.join(directory, path))
+    numbered = []
+    for prefix in prefixes:
+        try:
+            numbered.append((_checkpoint_number(prefix), prefix))
+        except ValueError:
+            continue
+    return [prefix for _, prefix in sorted(numbered, reverse=True)]
+
+
+def latest_good_checkpoint(directory: str, at_step: Optional[int] = None) -> Optional[str]:
+    """The newest checkpoint in `directory` that reads back intact (see `checkpoint_problem`).
+
+    A corrupted, truncated or missing newer checkpoint (a crash or full disk mid-save, bit rot)
+    is skipped with a warning naming it; the run resumes from the previous good one.
+
+    Args:
+        directory: a model (or worker checkpoint) directory.
+        at_step: only consider the checkpoint of this step.
+
+    Returns:
+        The checkpoint prefix, or None if the directory holds no checkpoint at all.
+
+    Raises:
+        TrainingError: there are checkpoints but none is readable (never trains from garbage).
+    """
+    candidates = checkpoint_candidates(directory) if tf.io.gfile.isdir(directory) else []
+    if at_step is not None:
+        candidates = [c for c in candidates if _checkpoint_number(c) == at_step]
+    bad = []
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            if bad:
+                logger.warning("resuming from %s, the newest intact checkpoint", path)
+            return path
+        logger.warning("checkpoint %s is corrupted or incomplete, skipping it: %s", path, problem)
+        bad.append(path)
+    if bad and at_step is None:
+        raise TrainingError(
+            f"no readable checkpoint in {directory}: {', '.join(bad)} are corrupted or incomplete. "
+            "Restore them from a backup, or use --overwrite to start afresh")
+    return None
 
 
 def _read_checkpoint_string(path: str, name: str) -> Optional[str]:
