@@ -378,20 +378,22 @@ def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
     return parsed
 
 
-def _check_known(hparams: Mapping[str, Any]) -> None:
+def check_known_hparams(hparams: Mapping[str, Any], names) -> None:
+    """Raises ConfigError for the first key not in `names`, suggesting the closest valid one."""
     for key in hparams:
-        if key not in HPARAM_NAMES:
-            close = difflib.get_close_matches(key, HPARAM_NAMES, n=1)
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"Unknown hparam {key!r}{hint}")
 
 
-_TYPES = typing.get_type_hints(PretrainingConfig)
+def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
+    """Checks a value against a config field's annotated type (bool, int, float, str, Mapping,
+    optionally Optional); ints are accepted for float fields.
 
-
-def _coerce(key: str, value: Any) -> Any:
-    """Checks a value against the field's annotated type; ints are accepted for float fields."""
-    annotation = _TYPES[key]
+    Raises:
+        ConfigError: naming the hparam, the expected type and the value.
+    """
     optional = typing.get_origin(annotation) is Union and type(None) in typing.get_args(annotation)
     if optional:
         if value is None:
@@ -413,6 +415,17 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
                           f"got {value!r} ({type(value).__name__})")
     return value
+
+
+def _check_known(hparams: Mapping[str, Any]) -> None:
+    check_known_hparams(hparams, HPARAM_NAMES)
+
+
+_TYPES = typing.get_type_hints(PretrainingConfig)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    return coerce_hparam(key, value, _TYPES[key])
 
 
 def get_bert_config(config: PretrainingConfig) -> ModelConfig:

@@ -20,13 +20,12 @@ official hparam files load, but electra-tf implements only classification tasks.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import typing
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from electra_tf.config import ConfigError, parse_hparams
+from electra_tf.config import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
 
 MODEL_SIZES = ("small", "base", "large")
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -250,11 +249,7 @@ HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(FinetuningConfig)
 
 
 def _check_known(hparams: Mapping[str, Any]) -> None:
-    for key in hparams:
-        if key not in HPARAM_NAMES:
-            close = difflib.get_close_matches(key, HPARAM_NAMES, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"Unknown hparam {key!r}{hint}")
+    check_known_hparams(hparams, HPARAM_NAMES)
 
 
 _TYPES = typing.get_type_hints(FinetuningConfig)
@@ -263,31 +258,10 @@ _TYPES = typing.get_type_hints(FinetuningConfig)
 def _coerce(key: str, value: Any) -> Any:
     """Checks a value against the field's type; ints pass for floats, a string or list for
     task_names (official accepts "a,b" on its command line too)."""
-    annotation = _TYPES[key]
     if key == "task_names":
         if isinstance(value, str):
             value = [t.strip() for t in value.split(",") if t.strip()]
         if not (isinstance(value, (list, tuple)) and all(isinstance(t, str) and t for t in value)):
             raise ConfigError(f"hparam 'task_names' must be a list of task names, got {value!r}")
         return tuple(value)
-    optional = typing.get_origin(annotation) is Union and type(None) in typing.get_args(annotation)
-    if optional:
-        if value is None:
-            return None
-        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
-    if annotation is bool:
-        ok = isinstance(value, bool)
-    elif annotation is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif annotation is str:
-        ok = isinstance(value, str)
-    else:  # Mapping
-        ok = isinstance(value, Mapping)
-    if not ok:
-        name = getattr(annotation, "__name__", str(annotation))
-        raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
-                          f"got {value!r} ({type(value).__name__})")
-    return value
+    return coerce_hparam(key, value, _TYPES[key])
