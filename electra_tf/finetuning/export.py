@@ -19,18 +19,15 @@ The export is written to a temporary directory and renamed into place.
 from __future__ import annotations
 
 import json
-import logging
 import os
-import shutil
-import tempfile
 from typing import Dict, List, Sequence
 
 import tensorflow as tf
 
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.tasks import Task
+from electra_tf.training.export import EXTRA_DIR, save_atomically
 
-EXTRA_DIR = "assets.extra"
 LABELS_FILE = "labels.json"
 CONFIG_FILE = "finetuning_config.json"
 
@@ -106,34 +103,10 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     Returns:
         target.
     """
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
-    tf_logger = logging.getLogger("tensorflow")
-    tf_level = tf_logger.level
-    try:
-        tf_logger.setLevel(max(tf_level, logging.ERROR))  # one warning per captured constant
-        tf.saved_model.save(module, staging, signatures=module.signature_functions)
-        extra = os.path.join(staging, EXTRA_DIR)
-        os.makedirs(extra, exist_ok=True)
-        with open(os.path.join(extra, CONFIG_FILE), "w", encoding="utf-8") as f:
-            f.write(config_json + "\n")
-        with open(os.path.join(extra, LABELS_FILE), "w", encoding="utf-8") as f:
-            json.dump({t.name: list(t.labels) for t in module.tasks}, f, indent=1)
-        shutil.copyfile(vocab_path, os.path.join(extra, "vocab.txt"))
-        if os.path.exists(target):
-            old = staging + ".old"
-            os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    finally:
-        tf_logger.setLevel(tf_level)
-    return target
+    labels = json.dumps({t.name: list(t.labels) for t in module.tasks}, indent=1)
+    return save_atomically(module, module.signature_functions, target,
+                           extra_files={"vocab.txt": vocab_path},
+                           extra_texts={CONFIG_FILE: config_json + "\n", LABELS_FILE: labels})
 
 
 def load_labels(export_dir: str) -> Dict[str, List[str]]:

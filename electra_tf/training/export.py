@@ -25,7 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -37,6 +37,7 @@ from electra_tf.vocab import Vocab
 logger = logging.getLogger("electra_tf")
 
 EXPORT_DIR_NAME = "export"
+EXTRA_DIR = "assets.extra"  # SavedModel convention for files beside the model
 # Copy of the training dataset's manifest kept in the model dir (written by the trainer): it
 # records how the builder tokenised, which `serve_text` must repeat exactly.
 DATASET_MANIFEST_COPY = "dataset_manifest.json"
@@ -142,8 +143,22 @@ def _readable_by_all(path: str) -> None:
     os.chmod(path, 0o777 & ~umask)
 
 
-def _save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict) -> str:
-    parent = os.path.dirname(target)
+def save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict,
+                    extra_texts: Optional[dict] = None) -> str:
+    """Saves a SavedModel to `target` via a temporary directory and a rename.
+
+    Args:
+        module: the tf.Module to save.
+        signatures: {name: tf.function} serving signatures.
+        target: str. Export directory; an existing one is replaced only once the new one is
+            complete, so a crash never leaves a half SavedModel.
+        extra_files: {file name: source path} copied into `assets.extra/`.
+        extra_texts: {file name: text} written into `assets.extra/`.
+
+    Returns:
+        target.
+    """
+    parent = os.path.dirname(os.path.abspath(target))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
     tf_logger = logging.getLogger("tensorflow")
@@ -154,10 +169,13 @@ def _save_atomically(module: tf.Module, signatures: dict, target: str, extra_fil
         # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
         tf_logger.setLevel(max(tf_level, logging.ERROR))
         tf.saved_model.save(module, staging, signatures=signatures)
-        extra = os.path.join(staging, "assets.extra")
+        extra = os.path.join(staging, EXTRA_DIR)
         os.makedirs(extra, exist_ok=True)
         for name, source in extra_files.items():
             shutil.copyfile(source, os.path.join(extra, name))
+        for name, text in (extra_texts or {}).items():
+            with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
+                f.write(text)
         if os.path.exists(target):
             old = staging + ".old"
             os.replace(target, old)
@@ -198,11 +216,11 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
                               strip_accents=settings.strip_accents)
         module = DiscriminatorModule(model.discriminator, model.discriminator_head, tokenizer,
                                      config.max_seq_length)
-        paths["discriminator"] = _save_atomically(
+        paths["discriminator"] = save_atomically(
             module, {"serving_default": module.serve, "serve_text": module.serve_text},
             os.path.join(export_dir, "discriminator"), extra)
     if model.generator_head is not None:
         module = GeneratorModule(model.mlm_encoder, model.generator_head)
-        paths["generator"] = _save_atomically(
+        paths["generator"] = save_atomically(
             module, {"serving_default": module.serve}, os.path.join(export_dir, "generator"), extra)
     return paths
