@@ -8,6 +8,9 @@ int((0.15 + 0.005) * 128)), at each batch size and precision:
   electra_tf   electra-tf's real training step: `Trainer` (the code `run_pretraining.py` runs) on
                TFRecord shards written into a temp dir by `tfrecord_io`, with its input pipeline,
                its compiled loop of `iterations_per_loop` steps, per-step metrics and optimizer.
+               The Trainer's own threading default applies (inter_op_threads: 1 op at a time
+               on a single-device CPU run); compare with TensorFlow's default through
+               --electra-tf-hparams '{"inter_op_threads": 0}'.
   torch        Hugging Face transformers' PyTorch `ElectraForMaskedLM` + `ElectraForPreTraining`,
                wired with the same objective (dynamic masking of 15%, 85% [MASK] / 15% kept, MLM
                head at the masked positions only, Gumbel-max sampling, the whole embedding block
@@ -205,9 +208,6 @@ def _timed_windows(run_window, steps, warmup, windows):
 def worker_electra_tf(args):
     import tensorflow as tf
 
-    if args.electra_tf_inter_op_threads:
-        # Before any op runs (thread pools are created on first use).
-        tf.config.threading.set_inter_op_parallelism_threads(args.electra_tf_inter_op_threads)
     from electra_tf.config import PretrainingConfig
     from electra_tf.training.trainer import Trainer
 
@@ -548,7 +548,6 @@ def spawn(worker, args, extra, timeout):
            "--windows", str(args.windows), "--peak-frameworks", args.peak_frameworks] + extra
     if args.electra_tf_hparams:
         cmd += ["--electra-tf-hparams", args.electra_tf_hparams]
-    cmd += ["--electra-tf-inter-op-threads", str(args.electra_tf_inter_op_threads)]
     if args.profile_dir:
         cmd += ["--profile-dir", args.profile_dir]
     start = time.perf_counter()
@@ -707,12 +706,7 @@ def build_parser():
                              "with the TensorFlow profiler into this directory")
     parser.add_argument("--electra-tf-hparams", default=None,
                         help="JSON hparam overrides for the electra_tf Trainer (e.g. "
-                             "'{\"jit_compile\": true}')")
-    parser.add_argument("--electra-tf-inter-op-threads", type=int, default=1,
-                        help="electra_tf only: TensorFlow inter-op threads (0 = TensorFlow's "
-                             "default, one per core). Default 1: on a CPU the ops of one step "
-                             "then run one after the other, each on all cores (oneDNN), instead "
-                             "of two ops fighting over two cores (measured ~2x faster here)")
+                             "'{\"jit_compile\": true}' or '{\"inter_op_threads\": 0}')")
     parser.add_argument("--timeout", type=int, default=3600,
                         help="seconds before a configuration's subprocess is abandoned")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)

@@ -15,10 +15,9 @@ What it does (docs/experiments.md has the design and the results):
      discriminator's size alone with MLM for n steps (an MLM-only run); stage 2 starts the
      discriminator from those weights, freezes the generator (its copy of the stage-1 weights,
      with its own embeddings) and trains only the discriminator with the RTD loss for n steps.
-     n is chosen so that both stages together cost the budget. Implemented here on the
-     trainer's public API: a stage-2 run with `untied_generator_embeddings`, a full-size
-     generator and `gen_weight: 0`, whose generator variables are set to the stage-1 weights
-     and marked non-trainable before the first step.
+     n is chosen so that both stages together cost the budget. Stage 2 is the trainer's
+     `two_stage_generator_dir` hparam (with `untied_generator_embeddings`, a full-size
+     generator and `gen_weight: 0`).
    Checkpoints are kept along the way, for the downstream-accuracy-vs-FLOPs curves.
 3. Fine-tuning (electra_tf.finetuning, official recipe with the small-model learning rate
    3e-4): every final model, and a randomly initialised encoder of the same size as the floor,
@@ -77,15 +76,16 @@ class Settings:
     finetune_learning_rate: float = 3e-4  # ELECTRA paper, Table 7: small models
 
 
-# About 80-90 minutes on the 2-core CPU. Measured for this size (bf16, batch 32, seq 128):
-# ELECTRA ~1.1 steps/s, MLM ~1.45 steps/s; one BBC News fine-tuning trial ~62 s, Pang & Lee ~12 s.
-# Pretraining ~47 min (ELECTRA 1200 steps ~18 min, MLM 1280 ~15 min, two-stage 2 x 655 ~15 min),
-# fine-tuning ~30 min (4 models x 2 tasks x 3 seeds, plus 3 objectives x 2 checkpoints x 2 seeds).
+# About 80-90 minutes on the 2-core CPU (TensorFlow running one op at a time, the trainer's CPU
+# default). Measured for this size (bf16, batch 32, seq 128) on a quiet machine: ELECTRA ~95-105
+# sequences/s (~3 steps/s), MLM ~105; pretraining ~1 s per ELECTRA step of budget over the three
+# objectives (~50 min), fine-tuning ~20 min (4 models x 2 tasks x 3 seeds, plus 3 objectives x 2
+# checkpoints x 2 seeds on BBC News).
 FULL = Settings(
     name="full",
     model={"hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 2,
            "intermediate_size": 512},
-    embedding_size=128, max_seq_length=128, train_batch_size=32, electra_steps=1200,
+    embedding_size=128, max_seq_length=128, train_batch_size=32, electra_steps=3000,
     checkpoint_fractions=(1 / 3, 2 / 3, 1.0), learning_rate=5e-4, warmup_fraction=0.1,
     mixed_precision="mixed_bfloat16", seeds=3, curve_seeds=2, curve_tasks=("bbc_news",),
     finetune={"bbc_news": {"max_seq_length": 128, "num_train_epochs": 3.0, "max_train_examples": None},
@@ -163,20 +163,13 @@ def checkpoint_steps(settings: Settings, steps: int) -> List[int]:
     return sorted({max(1, int(round(f * steps))) for f in settings.checkpoint_fractions})
 
 
-def pretrain(data_dir: str, name: str, hparams: dict, stops: List[int], prepare=None) -> dict:
-    """Trains run `name` to each step in `stops` (a checkpoint at each), resuming if possible.
-
-    Args:
-        prepare: optional callable(trainer) run after construction (before training): the
-            two-stage run sets and freezes its generator there.
-    """
+def pretrain(data_dir: str, name: str, hparams: dict, stops: List[int]) -> dict:
+    """Trains run `name` to each step in `stops` (a checkpoint at each), resuming if possible."""
     from electra_tf.config import PretrainingConfig
     from electra_tf.training.trainer import Trainer
 
     config = PretrainingConfig.create(name, data_dir, hparams)
     trainer = Trainer(config)
-    if prepare is not None:
-        prepare(trainer)
     start, seconds, scalars = trainer.step, 0.0, {}
     for stop in stops:
         if trainer.step >= stop:
@@ -200,27 +193,6 @@ def pretrain(data_dir: str, name: str, hparams: dict, stops: List[int], prepare=
         with open(info_path, "w") as f:
             json.dump(info, f, indent=1)
     return {"model_dir": config.model_dir, "checkpoints": checkpoints, **info}
-
-
-def two_stage_prepare(stage1_dir: str):
-    """Returns the `prepare` hook of stage 2: copy the stage-1 MLM model into the generator and
-    the discriminator, then freeze the generator (encoder and MLM head)."""
-    from electra_tf.convert.model_dir import load_model_dir
-
-    def prepare(trainer):
-        model = trainer.model
-        if trainer.step == 0:
-            stage1 = load_model_dir(stage1_dir).model
-            weights = stage1.discriminator.get_weights()  # the stage-1 generator (MLM encoder)
-            model.generator.set_weights(weights)
-            model.generator_head.set_weights(stage1.generator_head.get_weights())
-            model.discriminator.set_weights(weights)
-            logger.info("two_stage: generator and discriminator initialised from %s", stage1_dir)
-        # Not saved in checkpoints: set on every (re)start, before the train step is traced.
-        model.generator.trainable = False
-        model.generator_head.trainable = False
-
-    return prepare
 
 
 # ------------------------------------------------------------------------------------------------
@@ -441,9 +413,9 @@ def run_experiment(settings: Settings, work_dir: str, output_dir: str) -> dict:
     runs["two_stage"] = pretrain(
         data_dir, "two_stage", pretraining_hparams(
             settings, steps["two_stage_2"], untied_generator_embeddings=True,
-            generator_hidden_size=1.0, generator_layers=1.0, gen_weight=0.0),
-        checkpoint_steps(settings, steps["two_stage_2"]),
-        prepare=two_stage_prepare(runs["two_stage_1"]["model_dir"]))
+            generator_hidden_size=1.0, generator_layers=1.0, gen_weight=0.0,
+            two_stage_generator_dir=runs["two_stage_1"]["model_dir"]),
+        checkpoint_steps(settings, steps["two_stage_2"]))
     pretrain_seconds = time.time() - start
 
     def flops_at(objective: str, step: int) -> float:

@@ -162,3 +162,24 @@ def subprocess_env(**extra) -> dict:
 def run_pretraining_command(data_dir: str, model_name: str, hparams: dict, *flags) -> List[str]:
     return [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"), "--data-dir", data_dir,
             "--model-name", model_name, "--hparams", json.dumps(hparams), *flags]
+
+
+def read_scalars(model_dir: str, tags) -> Dict[str, Dict[int, float]]:
+    """{tag: {step: value}} from every TensorBoard event file in `model_dir`, oldest file first, so
+    the last write of a step (a restarted run's) wins. A file cut short by SIGKILL is read up to
+    the cut."""
+    import glob
+
+    import tensorflow as tf
+
+    scalars = {tag: {} for tag in tags}
+    for path in sorted(glob.glob(os.path.join(model_dir, "events.out.tfevents.*")),
+                       key=os.path.getmtime):
+        try:
+            for event in tf.compat.v1.train.summary_iterator(path):
+                for value in event.summary.value:
+                    if value.tag in scalars:
+                        scalars[value.tag][event.step] = float(tf.make_ndarray(value.tensor))
+        except tf.errors.DataLossError:
+            pass  # the record being written when the process was killed
+    return scalars

@@ -6,7 +6,6 @@ real input pipeline, the compiled loop and the optimizer.
 """
 
 import logging
-import os
 
 import keras
 import numpy as np
@@ -118,13 +117,7 @@ def test_poisoned_batch_is_skipped_without_touching_weights_or_optimizer(data_di
         np.testing.assert_array_equal(a, b)
 
     # Counted in TensorBoard.
-    counts = {}
-    for name in os.listdir(config.model_dir):
-        if name.startswith("events.out.tfevents"):
-            for event in tf.compat.v1.train.summary_iterator(os.path.join(config.model_dir, name)):
-                for value in event.summary.value:
-                    if value.tag == "skipped_steps":
-                        counts[event.step] = float(tf.make_ndarray(value.tensor))
+    counts = fx.read_scalars(config.model_dir, ["skipped_steps"])["skipped_steps"]
     assert counts[1] == 0.0 and counts[3] == 1.0 and counts[6] == 1.0, counts
 
 
@@ -138,3 +131,33 @@ def test_more_bad_batches_than_allowed_stops(data_dir):
                              r".*ckpt-2"):
         trainer.train()
     assert tf.train.latest_checkpoint(config.model_dir).endswith("ckpt-2")
+
+
+def test_two_replicas_agree_to_skip_a_batch_poisoned_on_one_replica(data_dir, mirrored_strategy):
+    # Row 0 of the worker's batch lands on replica 0 only: replica 1's loss stays finite, so the
+    # replicas must agree on the skip (else one applies an update and the other does not).
+    def make(name, poisoned):
+        config = fx.tiny_config(data_dir, name, num_train_steps=5, iterations_per_loop=5,
+                                save_checkpoints_steps=5, max_skipped_nonfinite_steps=1,
+                                model_hparam_overrides=fx.NO_DROPOUT)
+        trainer = trainer_lib.Trainer(config, strategy=mirrored_strategy)
+        _poison(trainer, poisoned)
+        return trainer
+
+    trainer = make("skip_mirrored", [2])
+    assert trainer.strategy.num_replicas_in_sync == 2
+    trainer.train()
+    assert trainer.skipped_steps == 1 and trainer.step == 5
+    for variable in trainer.model.trainable_variables:
+        values = [v.numpy() for v in mirrored_strategy.experimental_local_results(variable.value)]
+        assert len(values) == 2
+        np.testing.assert_array_equal(values[0], values[1])  # replicas stayed in sync
+        assert np.isfinite(values[0]).all()
+
+    # The same as never seeing the poisoned batch: a clean run over the other batches.
+    clean = make("skip_mirrored_ref", [])
+    clean.train(stop_at_step=2)
+    next(clean.train_iterator)
+    clean.train(stop_at_step=6)  # 5 updates: steps 0, 1, then 3 more after the dropped batch
+    for a, b in zip(_snapshot(clean), _snapshot(trainer)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

@@ -9,7 +9,6 @@ checkpoint, and the last write of each step wins). Dropout is on, so the dropout
 be restored too.
 """
 
-import glob
 import os
 import re
 import signal
@@ -47,19 +46,7 @@ def _latest_step(model_dir):
 
 
 def read_step_scalars(model_dir):
-    """{tag: {step: value}} over every event file in `model_dir`, oldest file first, so the last
-    write of a step (the restarted run's) wins. A file cut short by SIGKILL is read up to the cut."""
-    scalars = {tag: {} for tag in LOSS_TAGS}
-    for path in sorted(glob.glob(os.path.join(model_dir, "events.out.tfevents.*")),
-                       key=os.path.getmtime):
-        try:
-            for event in tf.compat.v1.train.summary_iterator(path):
-                for value in event.summary.value:
-                    if value.tag in scalars:
-                        scalars[value.tag][event.step] = float(tf.make_ndarray(value.tensor))
-        except tf.errors.DataLossError:
-            pass  # the record being written when the process was killed
-    return scalars
+    return fx.read_scalars(model_dir, LOSS_TAGS)
 
 
 def _final_fingerprint(log):
@@ -83,6 +70,10 @@ def test_sigkill_at_random_moments_resumes_exactly(data_dir):
     killed_at, logs = [], []
     try:
         for target in targets:
+            # Wait for a checkpoint this attempt wrote: the previous kill's random delay may have
+            # carried the run past this target already (a kill before any log line was seen).
+            if killed_at:
+                target = max(target, killed_at[-1] + 1)
             proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             try:

@@ -89,3 +89,49 @@ def test_tpu_name_resolution_order(monkeypatch):
     assert strategy_lib.tpu_name_from(None) == "from-env"
     monkeypatch.delenv("TPU_NAME")
     assert strategy_lib.tpu_name_from(None) is None
+
+
+_THREADS_SCRIPT = """
+import json, sys
+import tensorflow as tf
+from electra_tf.training import strategy as strategy_lib
+name, threads, virtual_cpus = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+if virtual_cpus > 1:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * virtual_cpus)
+strategy_lib.get_strategy(name, inter_op_threads=threads)
+tf.constant(1.0) + 1.0  # the runtime is up: the setting is fixed now
+print(tf.config.threading.get_inter_op_parallelism_threads())
+"""
+
+
+@pytest.mark.parametrize("name,threads,virtual_cpus,expected", [
+    ("auto", None, 1, 1),         # single-device CPU run: one op at a time
+    ("one_device", None, 1, 1),
+    ("auto", 0, 1, 0),            # 0 keeps TensorFlow's default
+    ("auto", 3, 1, 3),
+    ("mirrored", None, 2, 0),     # replicas on one host need concurrent ops
+    ("auto", None, 2, 0),         # logical CPUs configured for replicas: left alone
+])
+def test_inter_op_threads_default_in_a_fresh_process(name, threads, virtual_cpus, expected):
+    # A fresh process: TensorFlow fixes thread pools when its runtime starts (pytest's already has).
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=root)
+    env.pop("TF_CONFIG", None)
+    env.pop("TPU_NAME", None)
+    out = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT, name, json.dumps(threads),
+                          str(virtual_cpus)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip().splitlines()[-1]) == expected
+
+
+def test_inter_op_threads_after_the_runtime_started_keeps_the_current_setting():
+    tf.constant(0.0) + 1.0
+    current = tf.config.threading.get_inter_op_parallelism_threads()
+    assert strategy_lib.set_inter_op_threads(current + 5) == current
+    assert tf.config.threading.get_inter_op_parallelism_threads() == current

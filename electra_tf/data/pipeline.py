@@ -15,7 +15,8 @@ Masking is not done here: it is dynamic, drawn in the training step from the ste
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+import re
+from typing import List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -53,12 +54,73 @@ def list_files(patterns: str) -> List[str]:
     return sorted(files)
 
 
+class FileScan(NamedTuple):
+    """What one read of a TFRecord file found (`scan_file`).
+
+    Attributes:
+        path: str. The file.
+        readable: int. Records read before the end of the file or the first unreadable one.
+        bad_indices: tuple of int. Indices (< readable) of records that read but do not parse as
+            examples of the expected features and length.
+        error: str or None. Why reading stopped early (a corrupted or truncated record), or None
+            when the whole file was read.
+    """
+
+    path: str
+    readable: int
+    bad_indices: Tuple[int, ...]
+    error: Optional[str]
+
+    @property
+    def good(self) -> int:
+        return self.readable - len(self.bad_indices)
+
+
+def scan_file(path: str, max_seq_length: int) -> FileScan:
+    """Reads and parses every record of a file once; never raises on bad records.
+
+    The TFRecord reader checks each record's CRC32C, so a garbled or truncated record ends the
+    read (nothing after it can be located); records are parsed a batch at a time, and a batch
+    that fails is parsed record by record to find the bad ones.
+    """
+    readable, bad = 0, []
+
+    def check(records):
+        try:
+            tfrecord_io.parse_example(records, max_seq_length)
+        except tf.errors.InvalidArgumentError:
+            for i in range(int(records.shape[0])):
+                try:
+                    tfrecord_io.parse_example(records[i], max_seq_length)
+                except tf.errors.InvalidArgumentError:
+                    bad.append(readable + i)
+
+    try:
+        for records in tf.data.TFRecordDataset(path).batch(VERIFY_BATCH):
+            check(records)
+            readable += int(records.shape[0])
+    except tf.errors.DataLossError as e:
+        # The failed batch is lost whole: read its records one at a time up to the bad one.
+        error = _first_line(e)
+        tail = []
+        try:
+            for record in tf.data.TFRecordDataset(path).skip(readable):
+                tail.append(record)
+        except tf.errors.DataLossError:
+            pass
+        if tail:
+            check(tf.stack(tail))
+            readable += len(tail)
+        return FileScan(path, readable, tuple(bad), error)
+    return FileScan(path, readable, tuple(bad), None)
+
+
 def verify_records(paths: List[str], *, max_seq_length: int,
                    expected_counts: Optional[dict] = None) -> int:
     """Reads and parses every record of each file once; returns the number of records.
 
-    The TFRecord reader checks each record's CRC32C, so a garbled or truncated shard fails here,
-    named, instead of mid-run; the parse checks the feature names and lengths.
+    A garbled or truncated shard fails here, named, instead of mid-run; the parse checks the
+    feature names and lengths.
 
     Args:
         paths: TFRecord files.
@@ -70,24 +132,65 @@ def verify_records(paths: List[str], *, max_seq_length: int,
     """
     total = 0
     for path in paths:
-        count = 0
-        try:
-            for records in tf.data.TFRecordDataset(path).batch(VERIFY_BATCH):
-                tfrecord_io.parse_example(records, max_seq_length)
-                count += int(records.shape[0])
-        except tf.errors.DataLossError as e:
-            raise DataError(f"{path}: corrupted or truncated TFRecord file after {count} good "
-                            f"records ({_first_line(e)}); rebuild the dataset") from None
-        except tf.errors.InvalidArgumentError as e:
-            raise DataError(f"{path}: records near #{count} are not examples with the features "
-                            f"{', '.join(tfrecord_io.FEATURE_NAMES)} of length {max_seq_length} "
-                            f"({_first_line(e)})") from None
+        scan = scan_file(path, max_seq_length)
+        if scan.bad_indices:
+            raise DataError(f"{path}: record #{scan.bad_indices[0]} is not an example with the "
+                            f"features {', '.join(tfrecord_io.FEATURE_NAMES)} of length "
+                            f"{max_seq_length} ({len(scan.bad_indices)} such record(s))")
+        if scan.error is not None:
+            raise DataError(f"{path}: corrupted or truncated TFRecord file after {scan.readable} "
+                            f"good records ({scan.error}); rebuild the dataset")
         expected = (expected_counts or {}).get(os.path.abspath(path))
-        if expected is not None and count != expected:
-            raise DataError(f"{path} holds {count} records but its manifest lists {expected}; "
-                            "rebuild the dataset")
-        total += count
+        if expected is not None and scan.readable != expected:
+            raise DataError(f"{path} holds {scan.readable} records but its manifest lists "
+                            f"{expected}; rebuild the dataset")
+        total += scan.readable
     return total
+
+
+def plan_good_records(paths: List[str], *, max_seq_length: int,
+                      expected_counts: Optional[dict] = None) -> dict:
+    """Scans every file and plans to read only its good records (`skip_bad_records`).
+
+    Args:
+        paths: TFRecord files.
+        max_seq_length: int. The length every feature must have.
+        expected_counts: optional {absolute path: records the manifest lists}: a file cut short
+            then counts its missing records as skipped.
+
+    Returns:
+        {"files": {path: {"take": records to read, "skip": [indices to drop]}},
+         "skipped_records": int, "good_records": int, "problems": [one line per damaged file]}.
+        A skipped record is one that exists (or the manifest says should) but cannot be used;
+        for a damaged file without a manifest count the unreadable rest counts as 1.
+    """
+    files, problems = {}, []
+    skipped = good = 0
+    for path in paths:
+        scan = scan_file(path, max_seq_length)
+        expected = (expected_counts or {}).get(os.path.abspath(path))
+        missing = 0
+        if scan.error is not None:
+            missing = max(1, (expected or 0) - scan.readable)
+        elif expected is not None and scan.readable != expected:
+            missing = max(0, expected - scan.readable)
+        lost = len(scan.bad_indices) + missing
+        if lost or scan.error or (expected is not None and scan.readable != expected):
+            what = []
+            if scan.bad_indices:
+                what.append(f"{len(scan.bad_indices)} record(s) with other features or lengths "
+                            f"(first #{scan.bad_indices[0]})")
+            if scan.error is not None:
+                what.append(f"unreadable after record #{scan.readable - 1} ({scan.error})")
+            if expected is not None and scan.readable != expected:
+                what.append(f"{scan.readable} readable of the {expected} records its manifest lists")
+            problems.append(f"{path}: {'; '.join(what)}: skipping {lost} record(s)")
+        if scan.good:
+            files[path] = {"take": scan.readable, "skip": list(scan.bad_indices)}
+        skipped += lost
+        good += scan.good
+    return {"files": files, "skipped_records": skipped, "good_records": good,
+            "problems": problems}
 
 
 def find_bad_file(patterns: str, max_seq_length: int) -> Optional[str]:
@@ -102,28 +205,38 @@ def find_bad_file(patterns: str, max_seq_length: int) -> Optional[str]:
 
 
 def _first_line(error: Exception) -> str:
+    """The useful part of a TensorFlow error: its first line without the op/function names."""
     text = str(error).strip()
-    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+    text = text.splitlines()[0] if text else type(error).__name__
+    text = re.sub(r"\s*\[Op:.*$", "", re.sub(r"\{\{[^}]*\}\}\s*", "", text))
+    return (text or type(error).__name__)[:200]
 
 
 def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, vocab_size: int,
-                     split: str = "train", verify: bool = False) -> Optional[dict]:
+                     split: str = "train", verify: bool = False,
+                     skip_bad_records: bool = False) -> Optional[dict]:
     """Checks the builder's manifest beside the matched shards against the training config.
 
     Every directory holding matched files must have a `manifest.json` whose vocab checksum and
     max_seq_length agree, and the matched shards must be the manifest's (sizes included).
 
     With `verify`, every record is also read once (`verify_records`: CRC, features, counts).
+    With `skip_bad_records`, every record is read once too, but damaged records (and shards
+    whose size differs from the manifest's) are planned around instead of refused
+    (`plan_good_records`).
 
     Returns:
         A summary {"num_examples": int or None, "manifests": [paths]}; num_examples is None when
-        a directory has no manifest (data built by another tool: checked only by parsing).
+        a directory has no manifest (data built by another tool: checked only by parsing). With
+        `skip_bad_records` also "record_plan" (for `make_dataset`) and "skipped_records", and
+        num_examples counts the good records.
 
     Raises:
-        DataError: a mismatch, naming the manifest and both values.
+        DataError: a mismatch, naming the manifest and both values; with `skip_bad_records`,
+            no good record at all.
     """
     files = list_files(patterns)
-    total, manifests = 0, []
+    total, manifests, expected_counts = 0, [], {}
     for directory in sorted({os.path.dirname(f) for f in files}):
         manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
         if not os.path.exists(manifest_path):
@@ -133,7 +246,7 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
                                 f"{tfrecord_io.MANIFEST_NAME}): rerun build_pretraining_dataset.py "
                                 "with --overwrite")
             total = None
-            if verify:
+            if verify and not skip_bad_records:
                 verify_records([f for f in files if os.path.dirname(f) == directory],
                                max_seq_length=max_seq_length)
             continue
@@ -141,7 +254,8 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
             manifest = tfrecord_io.read_manifest(manifest_path)
             tfrecord_io.check_manifest(manifest, max_seq_length=max_seq_length,
                                        vocab_sha256=vocab_sha256, vocab_size=vocab_size)
-            listed = {os.path.abspath(p) for p in tfrecord_io.shard_paths(manifest, directory, split)}
+            listed = {os.path.abspath(p) for p in tfrecord_io.shard_paths(
+                manifest, directory, split, verify=not skip_bad_records)}
         except tfrecord_io.ManifestError as e:
             raise DataError(f"{manifest_path}: {e}") from None
         matched = {os.path.abspath(f) for f in files if os.path.dirname(f) == directory}
@@ -150,19 +264,28 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
             raise DataError(f"{stray[0]} matches the {split} file pattern but is not listed in "
                             f"{manifest_path} (a leftover or foreign shard?)")
         manifests.append(manifest_path)
-        if verify:
-            counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
-                      for sh in manifest["splits"][split]["shards"]}
+        counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
+                  for sh in manifest["splits"][split]["shards"]}
+        expected_counts.update({path: n for path, n in counts.items() if path in matched})
+        if verify and not skip_bad_records:
             verify_records(sorted(matched), max_seq_length=max_seq_length, expected_counts=counts)
         if total is not None:
-            total += sum(s["examples"] for s in manifest["splits"][split]["shards"]
-                         if os.path.abspath(os.path.join(directory, s["file"])) in matched)
-    return {"num_examples": total, "manifests": manifests}
+            total += sum(n for path, n in counts.items() if path in matched)
+    summary = {"num_examples": total, "manifests": manifests}
+    if skip_bad_records:
+        plan = plan_good_records(files, max_seq_length=max_seq_length,
+                                 expected_counts=expected_counts)
+        if not plan["files"]:
+            raise DataError(f"no readable example in {patterns!r} ({split} data): "
+                            + "; ".join(plan["problems"][:3]))
+        summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
+                       skipped_records=plan["skipped_records"], problems=plan["problems"])
+    return summary
 
 
 def make_dataset(patterns: str, *, batch_size: int, max_seq_length: int, is_training: bool,
                  seed: int = 0, input_context: Optional[tf.distribute.InputContext] = None,
-                 repeat: bool = True) -> tf.data.Dataset:
+                 repeat: bool = True, record_plan: Optional[dict] = None) -> tf.data.Dataset:
     """Builds one input pipeline.
 
     Args:
@@ -174,15 +297,26 @@ def make_dataset(patterns: str, *, batch_size: int, max_seq_length: int, is_trai
         seed: int. Seeds the shuffles.
         input_context: tf.distribute.InputContext or None. Shards the input per pipeline.
         repeat: bool. Cycle through the data forever (training and fixed-step eval).
+        record_plan: optional {path: {"take": n, "skip": [indices]}} from `validate_dataset(...,
+            skip_bad_records=True)`: read only those files, their first n records, minus the
+            skipped ones. Without damage the data order is the same as without a plan.
 
     Returns:
         A dataset of dicts {"input_ids", "input_mask", "segment_ids"}, int32 [batch_size,
         max_seq_length], remainder dropped.
     """
     files = list_files(patterns)
+    if record_plan is not None:
+        files = [f for f in files if f in record_plan]
     num_pipelines = input_context.num_input_pipelines if input_context else 1
     pipeline_id = input_context.input_pipeline_id if input_context else 0
-    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if record_plan is None:
+        dataset = tf.data.Dataset.from_tensor_slices(files)
+        read_file = tf.data.TFRecordDataset
+    else:
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (files, [record_plan[f]["take"] for f in files], list(range(len(files)))))
+        read_file = _planned_reader(files, record_plan)
     shard_records = num_pipelines > 1 and len(files) < num_pipelines
     if num_pipelines > 1 and not shard_records:
         dataset = dataset.shard(num_pipelines, pipeline_id)
@@ -191,7 +325,7 @@ def make_dataset(patterns: str, *, batch_size: int, max_seq_length: int, is_trai
     if repeat:
         dataset = dataset.repeat()
     cycle = min(MAX_INTERLEAVE_CYCLE, len(files))
-    dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=cycle,
+    dataset = dataset.interleave(read_file, cycle_length=cycle,
                                  num_parallel_calls=cycle, deterministic=True)
     if shard_records:
         dataset = dataset.shard(num_pipelines, pipeline_id)
@@ -201,3 +335,21 @@ def make_dataset(patterns: str, *, batch_size: int, max_seq_length: int, is_trai
     dataset = dataset.map(lambda records: tfrecord_io.parse_example(records, max_seq_length),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _planned_reader(files: List[str], record_plan: dict):
+    """(path, take, file index) -> that file's good records, per `record_plan`."""
+    # Bad records are rare: one constant vector of (file index, record index) keys is enough.
+    keys = [i * (1 << 32) + j for i, f in enumerate(files) for j in record_plan[f]["skip"]]
+    skip_keys = tf.constant(keys, dtype=tf.int64)
+
+    def read(path, take, file_index):
+        records = tf.data.TFRecordDataset(path).take(tf.cast(take, tf.int64))
+        if not keys:
+            return records
+        base = tf.cast(file_index, tf.int64) * (1 << 32)
+        return records.enumerate().filter(
+            lambda j, _: tf.logical_not(tf.reduce_any(tf.equal(base + j, skip_keys)))
+        ).map(lambda _, record: record)
+
+    return read

@@ -41,6 +41,7 @@ from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multi
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.tasks import Example, Task, TaskData, load_task
 from electra_tf.training.optimization import AdamWeightDecay, WarmupPolynomialDecay, apply_gradients
+from electra_tf.training.strategy import set_inter_op_threads
 
 logger = logging.getLogger("electra_tf")
 
@@ -242,6 +243,7 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     Raises:
         FinetuningError, DataFileError, PretrainedError, ConfigError: bad input (one line).
     """
+    set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (see strategy.py)
     _check_outputs(config, overwrite)
     pretrained = load_pretrained(config)
     tokenizer = Tokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,

@@ -26,14 +26,50 @@ def tpu_name_from(config_tpu_name: Optional[str]) -> Optional[str]:
     return config_tpu_name or os.environ.get("TPU_NAME") or None
 
 
+def set_inter_op_threads(threads: Optional[int] = None, single_device: bool = True) -> int:
+    """Sets how many TensorFlow ops may run at once; call before any op runs.
+
+    On a CPU-only machine a training step is a chain of ops that each use every core already
+    (oneDNN matmuls, Eigen elementwise kernels). TensorFlow's default runs one op per core at once,
+    so two ops fight over the cores; one op at a time was 2.2x faster for ELECTRA-small on two
+    cores (docs/benchmarks.md). Several replicas on one host (MirroredStrategy over logical CPUs)
+    or collectives across workers need concurrent ops, so `None` sets 1 only for a single-device
+    CPU run.
+
+    Args:
+        threads: None = automatic (1 for a single-device run with no GPU, else TensorFlow's
+            default); 0 = TensorFlow's default; n > 0 = n.
+        single_device: whether the run uses one device (the automatic choice needs it).
+
+    Returns:
+        int. The inter-op thread count in effect (0 = TensorFlow's default). Unchanged when the
+        runtime is already initialised (e.g. a second run in one process), which TensorFlow forbids
+        changing.
+    """
+    if threads is None:
+        cpus = tf.config.list_physical_devices("CPU")
+        virtual = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+        one_cpu = not virtual or len(virtual) <= 1
+        threads = 1 if (single_device and one_cpu and not tf.config.list_physical_devices("GPU")) else 0
+    current = tf.config.threading.get_inter_op_parallelism_threads()
+    if threads != current:
+        try:
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        except RuntimeError:  # the runtime already runs ops: keep its setting
+            return current
+    return threads
+
+
 def get_strategy(name: str = "auto", tpu_name: Optional[str] = None, tpu_zone: Optional[str] = None,
-                 gcp_project: Optional[str] = None) -> tf.distribute.Strategy:
+                 gcp_project: Optional[str] = None,
+                 inter_op_threads: Optional[int] = None) -> tf.distribute.Strategy:
     """Creates the strategy. Must run before any other TensorFlow op in the process.
 
     Args:
         name: str. One of `STRATEGIES`.
         tpu_name, tpu_zone, gcp_project: TPU location (official hparam names); `tpu` and `auto`
             need `tpu_name` (or TPU_NAME) to use a TPU.
+        inter_op_threads: see `set_inter_op_threads` (applied before the strategy is created).
 
     Raises:
         StrategyError: unknown name, `tpu` without a TPU name, `multi_worker` without TF_CONFIG.
@@ -41,6 +77,8 @@ def get_strategy(name: str = "auto", tpu_name: Optional[str] = None, tpu_zone: O
     if name not in STRATEGIES:
         raise StrategyError(f"strategy must be one of {', '.join(STRATEGIES)}, got {name!r}")
     tpu = tpu_name_from(tpu_name)
+    single = name == "one_device" or (name == "auto" and not tpu)
+    set_inter_op_threads(inter_op_threads, single_device=single)
     if name == "tpu" or (name == "auto" and tpu):
         if not tpu:
             raise StrategyError("strategy 'tpu' needs a TPU name: set the tpu_name hparam or TPU_NAME "

@@ -189,7 +189,7 @@ class Trainer:
                  overwrite: bool = False):
         self.config = config
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
-                                                 config.gcp_project)
+                                                 config.gcp_project, config.inter_op_threads)
         self.chief = is_chief(self.strategy)
         self.vocab = load_vocab(config.vocab_file)
         if self.vocab.size > config.vocab_size:
@@ -206,12 +206,18 @@ class Trainer:
             self.dataset_summaries["train"] = pipeline.validate_dataset(
                 config.pretrain_tfrecords, max_seq_length=config.max_seq_length,
                 vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="train",
-                verify=config.verify_tfrecords)
+                verify=config.verify_tfrecords, skip_bad_records=config.skip_bad_records)
         if config.do_eval:
             self.dataset_summaries["eval"] = pipeline.validate_dataset(
                 config.eval_tfrecords, max_seq_length=config.max_seq_length,
                 vocab_sha256=self.vocab.sha256, vocab_size=config.vocab_size, split="eval",
-                verify=config.verify_tfrecords)
+                verify=config.verify_tfrecords, skip_bad_records=config.skip_bad_records)
+        for split, summary in self.dataset_summaries.items():
+            for problem in summary.get("problems", ()):
+                logger.warning("skip_bad_records (%s data): %s", split, problem)
+            if summary.get("skipped_records"):
+                logger.warning("skip_bad_records: %d %s record(s) skipped, %d used",
+                               summary["skipped_records"], split, summary["num_examples"])
         if overwrite and self.chief:
             remove_run(config.model_dir)
         # An eval- or export-only run reads the run's checkpoint and leaves its config alone.
@@ -245,10 +251,6 @@ class Trainer:
         self._make_checkpoint()
         self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
         self.skipped_steps = 0  # non-finite steps skipped in this process
-        if config.max_skipped_nonfinite_steps and self.strategy.num_replicas_in_sync > 1:
-            raise TrainingError("max_skipped_nonfinite_steps needs a single replica (the skip "
-                                f"cannot be agreed across {self.strategy.num_replicas_in_sync} "
-                                "replicas yet): set it to 0")
         self.restored_from = None
         path, own_data = self._checkpoint_to_restore()
         init_path = tf.train.latest_checkpoint(os.path.join(config.model_dir, INIT_CHECKPOINT_DIR))
@@ -260,6 +262,38 @@ class Trainer:
             raise TrainingError(f"no checkpoint in {config.model_dir} to "
                                 f"{'evaluate' if config.do_eval else 'export'}: train first "
                                 "(do_train) or check --data-dir / --model-name")
+        if config.two_stage_generator_dir:
+            self._start_two_stage(fresh=not path and not init_path)
+
+    def _start_two_stage(self, fresh: bool) -> None:
+        """Stage 2 of two-stage training: at step 0 the generator (encoder and MLM head) and the
+        discriminator are set to the stage-1 MLM model's weights; the generator is frozen on
+        every start (trainability is not part of a checkpoint)."""
+        from electra_tf.convert.model_dir import load_model_dir
+        from electra_tf.convert.names import ConversionError
+
+        source = self.config.two_stage_generator_dir
+        model = self.model
+        if fresh:
+            try:
+                stage1 = load_model_dir(source)
+            except ConversionError as e:
+                raise TrainingError(f"two_stage_generator_dir: {e}") from None
+            if stage1.config.electra_objective:
+                raise TrainingError(f"two_stage_generator_dir {source} is an ELECTRA run; stage 1 "
+                                    "is an MLM-only run (electra_objective: false)")
+            encoder = stage1.model.discriminator.get_weights()  # the MLM-only run's encoder
+            try:
+                model.generator.set_weights(encoder)
+                model.generator_head.set_weights(stage1.model.generator_head.get_weights())
+                model.discriminator.set_weights(encoder)
+            except ValueError as e:
+                raise TrainingError(f"two_stage_generator_dir {source} does not match this model's "
+                                    f"sizes: {' '.join(str(e).split())[:300]}") from None
+            logger.info("two_stage: generator and discriminator start from %s (step %d); the "
+                        "generator is frozen", source, stage1.step)
+        model.generator.trainable = False
+        model.generator_head.trainable = False
 
     def _checkpoint_to_restore(self):
         """(checkpoint path or None, whether its saved data position is this worker's own).
@@ -289,7 +323,14 @@ class Trainer:
                "replicas": self._input.num_replicas_in_sync,
                "input_pipelines": self._input.num_input_pipelines,
                "seed": config.seed, "max_seq_length": config.max_seq_length}
+        plan = self._record_plan("train")
+        if plan is not None:  # other records read = another pipeline
+            key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+
+    def _record_plan(self, split: str) -> Optional[dict]:
+        """The good records to read (`skip_bad_records`), or None to read every record."""
+        return self.dataset_summaries.get(split, {}).get("record_plan")
 
     def _input_context(self) -> tf.distribute.InputContext:
         """This worker's input pipeline: its index, the number of pipelines and of replicas."""
@@ -318,7 +359,7 @@ class Trainer:
         return iter(pipeline.make_dataset(
             config.pretrain_tfrecords, batch_size=self._per_replica_batch * self._local_replicas,
             max_seq_length=config.max_seq_length, is_training=True, seed=seed,
-            input_context=context))
+            input_context=context, record_plan=self._record_plan("train")))
 
     def _replica_slice(self, local_batch):
         """This replica's [per_replica_batch, L] rows of the worker's local batch."""
@@ -409,7 +450,7 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------------
     def _distributed_dataset(self, patterns: str, global_batch: int, is_training: bool,
-                             seed: Optional[int] = None):
+                             seed: Optional[int] = None, record_plan: Optional[dict] = None):
         config = self.config
         seed = config.seed if seed is None else seed
 
@@ -417,7 +458,7 @@ class Trainer:
             return pipeline.make_dataset(
                 patterns, batch_size=input_context.get_per_replica_batch_size(global_batch),
                 max_seq_length=config.max_seq_length, is_training=is_training, seed=seed,
-                input_context=input_context)
+                input_context=input_context, record_plan=record_plan)
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -460,12 +501,57 @@ class Trainer:
 
                 grad_norm = tf.cond(bad, lambda: tf.constant(float("nan")), apply)
                 skipped = tf.cast(bad, tf.float32)
+            return step_values(outputs, batch, grad_norm, lr, skipped)
+
+        def step_values(outputs, batch, grad_norm, lr, skipped):
             tokens = tf.reduce_sum(tf.cast(batch["input_mask"], tf.float32))
             return {"total_loss": outputs["total_loss"], "masked_lm_loss": outputs["masked_lm_loss"],
                     "disc_loss": outputs["disc_loss"], "tokens": tokens, "grad_norm": grad_norm,
                     "learning_rate": tf.cast(lr, tf.float32), "skipped": skipped}
 
         summed = ("total_loss", "masked_lm_loss", "disc_loss", "tokens", "skipped")
+
+        # Skipping with several replicas: every replica must take the same branch, and a
+        # synchronisation point (the gradient sum) may not sit inside control flow in a replica
+        # function. So the step runs in two replica functions with the decision between them,
+        # in cross-replica context: skip when any replica's loss or gradient is bad (its NaN
+        # would reach every replica through the gradient sum).
+        gradient_slots = []  # which variables receive a gradient (known when traced)
+
+        def compute_fn(local_batch):
+            batch = self._replica_slice(local_batch)
+            seed = tf.stack([tf.constant(config.seed, tf.int64),
+                             tf.cast(optimizer.iterations, tf.int64)])
+            outputs, grads = forward_backward(batch, seed)
+            gradient_slots[:] = [g is not None for g in grads]
+            present = [g for g in grads if g is not None]
+            bad = tf.cast(diverged(outputs["total_loss"], tf.linalg.global_norm(present)), tf.float32)
+            values = step_values(outputs, batch, tf.constant(0.0), self.schedule(optimizer.iterations),
+                                 tf.constant(0.0))
+            return values, outputs["metric_inputs"], present, bad
+
+        def apply_fn(metric_inputs, present):
+            remaining = iter(present)
+            grads = [next(remaining) if slot else None for slot in gradient_slots]
+            norm = optimization.apply_gradients(optimizer, grads, variables)
+            self.metrics.update_state(metric_inputs)
+            return norm
+
+        def agreed_skip_step(local_batch):
+            per_replica, metric_inputs, present, bad = strategy.run(compute_fn, args=(local_batch,))
+            any_bad = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) > 0
+            values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
+                                         else tf.distribute.ReduceOp.MEAN, v, axis=None)
+                      for k, v in per_replica.items()}
+            values["grad_norm"] = tf.cond(
+                any_bad, lambda: tf.constant(float("nan")),
+                lambda: strategy.reduce(tf.distribute.ReduceOp.MEAN,
+                                        strategy.run(apply_fn, args=(metric_inputs, present)),
+                                        axis=None))
+            values["skipped"] = tf.cast(any_bad, tf.float32)
+            return values
+
+        two_phase = skip_nonfinite and strategy.num_replicas_in_sync > 1
 
         def diverged(loss, grad_norm):
             # A non-finite gradient norm makes the clipped update NaN (the weights are lost even
@@ -483,10 +569,13 @@ class Trainer:
                        for k in summed + ("grad_norm", "learning_rate")}
             done = tf.constant(0)
             for i in tf.range(num_steps):
-                per_replica = strategy.run(step_fn, args=(next(iterator),))
-                values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
-                                             else tf.distribute.ReduceOp.MEAN, v, axis=None)
-                          for k, v in per_replica.items()}
+                if two_phase:
+                    values = agreed_skip_step(next(iterator))
+                else:
+                    per_replica = strategy.run(step_fn, args=(next(iterator),))
+                    values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
+                                                 else tf.distribute.ReduceOp.MEAN, v, axis=None)
+                              for k, v in per_replica.items()}
                 # Reassign (not mutate) so autograph carries the arrays through the loop.
                 history = {k: ta.write(i, values[k]) for k, ta in history.items()}
                 done = i + 1
@@ -550,6 +639,9 @@ class Trainer:
                 scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
                 if config.max_skipped_nonfinite_steps:
                     scalars["skipped_steps"] = float(self.skipped_steps)
+                if config.skip_bad_records:
+                    scalars["skipped_records"] = float(
+                        self.dataset_summaries["train"]["skipped_records"])
                 if self.chief:
                     with writer.as_default(step=self.step):
                         for name, value in scalars.items():
@@ -674,7 +766,7 @@ class Trainer:
         """
         config = self.config
         dataset = self._distributed_dataset(config.eval_tfrecords, config.eval_batch_size,
-                                            is_training=False)
+                                            is_training=False, record_plan=self._record_plan("eval"))
         iterator = iter(dataset)
         self.metrics.reset_state()
         if self._eval_loop is None:
