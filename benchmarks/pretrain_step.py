@@ -258,98 +258,25 @@ def worker_electra_tf(args):
 
 def worker_torch(args):
     import torch
-    import torch.nn.functional as F
     import transformers
-    from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
-    torch.set_num_threads(os.cpu_count())
-    torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB_SIZE, embedding_size=EMBEDDING_SIZE, hidden_act="gelu",
-                  hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                  max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
-                  pad_token_id=SPECIAL["pad_id"])
-    discriminator = ElectraForPreTraining(ElectraConfig(**common, **DISCRIMINATOR))
-    generator = ElectraForMaskedLM(ElectraConfig(**common, **GENERATOR))
-    # Official sharing: the whole embedding block (word + position + type tables and LayerNorm);
-    # the generator's MLM output matrix is the shared word table (three-way tie).
-    generator.electra.embeddings = discriminator.electra.embeddings
-    generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
-    modules = torch.nn.ModuleDict({"generator": generator, "discriminator": discriminator})
-    modules.train()
-    params = {id(p): (n, p) for n, p in modules.named_parameters()}  # dedupe tied tensors
-    decay = [p for n, p in params.values() if not any(k in n for k in ("LayerNorm", "bias"))]
-    no_decay = [p for n, p in params.values() if any(k in n for k in ("LayerNorm", "bias"))]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LEARNING_RATE, betas=(0.9, 0.999), eps=1e-6)
-    all_params = [p for _, p in params.values()]
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min(1.0, step / NUM_WARMUP_STEPS))
+    from benchmarks.torch_electra import TorchElectra
+
+    peer = TorchElectra(DISCRIMINATOR, GENERATOR, vocab_size=VOCAB_SIZE,
+                        embedding_size=EMBEDDING_SIZE, special=SPECIAL,
+                        max_predictions=MAX_PREDICTIONS, learning_rate=LEARNING_RATE,
+                        num_warmup_steps=NUM_WARMUP_STEPS, dtype=args.dtype,
+                        mask_prob=MASK_PROB, disc_weight=DISC_WEIGHT)
     batches = [{k: torch.from_numpy(v) for k, v in b.items()}
                for b in numpy_batches(args.batch, 8, seed=1)]
-    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.dtype == "bfloat16"
-                else torch.autocast("cpu", enabled=False))
-    n_slots = MAX_PREDICTIONS
-    mask_id, cls_id, sep_id = SPECIAL["mask_id"], SPECIAL["cls_id"], SPECIAL["sep_id"]
-
-    def mask_batch(input_ids, input_mask):
-        # Official pretrain_helpers.mask: k = max(1, min(N, round(n * p))) slots, positions drawn
-        # uniformly with replacement over real non-special tokens, 85% of them set to [MASK].
-        candidates = (input_mask.bool() & (input_ids != cls_id) & (input_ids != sep_id)
-                      & (input_ids != mask_id)).float()
-        count = torch.clamp(torch.round(input_mask.sum(-1).float() * MASK_PROB), 1, n_slots)
-        weights = (torch.arange(n_slots)[None, :] < count[:, None]).float()
-        positions = torch.multinomial(candidates, n_slots, replacement=True) * weights.long()
-        labels = torch.gather(input_ids, 1, positions) * weights.long()
-        to_mask = (torch.rand(positions.shape) < 0.85) & weights.bool()
-        masked = input_ids.clone()
-        rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
-        masked[rows[to_mask], positions[to_mask]] = mask_id
-        return masked, positions, labels, weights
-
-    def step(batch):
-        input_ids, input_mask, segment_ids = (batch["input_ids"], batch["input_mask"],
-                                              batch["segment_ids"])
-        masked, positions, labels, weights = mask_batch(input_ids, input_mask)
-        with autocast:
-            hidden = generator.electra(masked, attention_mask=input_mask,
-                                       token_type_ids=segment_ids).last_hidden_state
-            hidden = torch.gather(hidden, 1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-            logits = generator.generator_lm_head(generator.generator_predictions(hidden))
-        logits = logits.float()
-        nll = F.cross_entropy(logits.reshape(-1, VOCAB_SIZE), labels.reshape(-1), reduction="none")
-        mlm_loss = (nll * weights.reshape(-1)).sum() / (weights.sum() + 1e-6)
-        with torch.no_grad():
-            u = torch.rand(logits.shape)
-            gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
-            sampled = torch.argmax(logits + gumbel, dim=-1)
-            fake = input_ids.clone()
-            used = weights.bool() & (positions > 0)
-            rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
-            fake[rows[used], positions[used]] = sampled[used]
-            is_fake = (fake != input_ids).float()
-        with autocast:
-            disc_logits = discriminator(fake, attention_mask=input_mask,
-                                        token_type_ids=segment_ids).logits
-        mask_f = input_mask.float()
-        rtd = F.binary_cross_entropy_with_logits(disc_logits.float(), is_fake, reduction="none")
-        disc_loss = (rtd * mask_f).sum() / (mask_f.sum() + 1e-6)
-        loss = mlm_loss + DISC_WEIGHT * disc_loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(all_params, 1.0)
-        optimizer.step()
-        schedule.step()
-        return loss
-
     counter = [0]
     losses = []
 
     def run_window(num_steps):
         for _ in range(num_steps):
-            loss = step(batches[counter[0] % len(batches)])
+            out = peer.step(batches[counter[0] % len(batches)])
             counter[0] += 1
-        losses.append(float(loss.detach()))
+        losses.append(float(out["loss"]))
 
     start = time.perf_counter()
     run_window(1)
