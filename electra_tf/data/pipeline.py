@@ -169,21 +169,19 @@ def plan_good_records(paths: List[str], *, max_seq_length: int,
     for path in paths:
         scan = scan_file(path, max_seq_length)
         expected = (expected_counts or {}).get(os.path.abspath(path))
-        missing = 0
-        if scan.error is not None:
-            missing = max(1, (expected or 0) - scan.readable)
-        elif expected is not None and scan.readable != expected:
-            missing = max(0, expected - scan.readable)
+        short = expected is not None and scan.readable != expected
+        # A read that stopped early loses at least one record, however many the manifest lists.
+        missing = max(1 if scan.error else 0, expected - scan.readable if short else 0)
         lost = len(scan.bad_indices) + missing
-        if lost or scan.error or (expected is not None and scan.readable != expected):
-            what = []
-            if scan.bad_indices:
-                what.append(f"{len(scan.bad_indices)} record(s) with other features or lengths "
-                            f"(first #{scan.bad_indices[0]})")
-            if scan.error is not None:
-                what.append(f"unreadable after record #{scan.readable - 1} ({scan.error})")
-            if expected is not None and scan.readable != expected:
-                what.append(f"{scan.readable} readable of the {expected} records its manifest lists")
+        what = []
+        if scan.bad_indices:
+            what.append(f"{len(scan.bad_indices)} record(s) with other features or lengths "
+                        f"(first #{scan.bad_indices[0]})")
+        if scan.error is not None:
+            what.append(f"unreadable after record #{scan.readable - 1} ({scan.error})")
+        if short:
+            what.append(f"{scan.readable} readable of the {expected} records its manifest lists")
+        if what:
             problems.append(f"{path}: {'; '.join(what)}: skipping {lost} record(s)")
         if scan.good:
             files[path] = {"take": scan.readable, "skip": list(scan.bad_indices)}

@@ -478,11 +478,25 @@ class Trainer:
         if config.jit_compile:
             forward_backward = tf.function(forward_backward, jit_compile=True)
 
-        def step_fn(local_batch):
+        def replica_forward(local_batch):
+            """This replica's rows of the batch, the model outputs and the gradients."""
             batch = self._replica_slice(local_batch)
             seed = tf.stack([tf.constant(config.seed, tf.int64),
                              tf.cast(optimizer.iterations, tf.int64)])
             outputs, grads = forward_backward(batch, seed)
+            return batch, outputs, grads
+
+        def nonfinite(outputs, grads):
+            return diverged(outputs["total_loss"],
+                            tf.linalg.global_norm([g for g in grads if g is not None]))
+
+        def reduce_values(per_replica):
+            return {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
+                                       else tf.distribute.ReduceOp.MEAN, v, axis=None)
+                    for k, v in per_replica.items()}
+
+        def step_fn(local_batch):
+            batch, outputs, grads = replica_forward(local_batch)
             lr = self.schedule(optimizer.iterations)
             if not skip_nonfinite:
                 grad_norm = optimization.apply_gradients(optimizer, grads, variables)
@@ -491,8 +505,7 @@ class Trainer:
             else:
                 # A bad batch: neither the weights nor the optimizer (slots, step counter) change;
                 # the data iterator has moved past it.
-                present = [g for g in grads if g is not None]
-                bad = diverged(outputs["total_loss"], tf.linalg.global_norm(present))
+                bad = nonfinite(outputs, grads)
 
                 def apply():
                     norm = optimization.apply_gradients(optimizer, grads, variables)
@@ -519,13 +532,10 @@ class Trainer:
         gradient_slots = []  # which variables receive a gradient (known when traced)
 
         def compute_fn(local_batch):
-            batch = self._replica_slice(local_batch)
-            seed = tf.stack([tf.constant(config.seed, tf.int64),
-                             tf.cast(optimizer.iterations, tf.int64)])
-            outputs, grads = forward_backward(batch, seed)
+            batch, outputs, grads = replica_forward(local_batch)
             gradient_slots[:] = [g is not None for g in grads]
             present = [g for g in grads if g is not None]
-            bad = tf.cast(diverged(outputs["total_loss"], tf.linalg.global_norm(present)), tf.float32)
+            bad = tf.cast(nonfinite(outputs, grads), tf.float32)
             values = step_values(outputs, batch, tf.constant(0.0), self.schedule(optimizer.iterations),
                                  tf.constant(0.0))
             return values, outputs["metric_inputs"], present, bad
@@ -540,9 +550,7 @@ class Trainer:
         def agreed_skip_step(local_batch):
             per_replica, metric_inputs, present, bad = strategy.run(compute_fn, args=(local_batch,))
             any_bad = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) > 0
-            values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
-                                         else tf.distribute.ReduceOp.MEAN, v, axis=None)
-                      for k, v in per_replica.items()}
+            values = reduce_values(per_replica)
             values["grad_norm"] = tf.cond(
                 any_bad, lambda: tf.constant(float("nan")),
                 lambda: strategy.reduce(tf.distribute.ReduceOp.MEAN,
@@ -572,10 +580,7 @@ class Trainer:
                 if two_phase:
                     values = agreed_skip_step(next(iterator))
                 else:
-                    per_replica = strategy.run(step_fn, args=(next(iterator),))
-                    values = {k: strategy.reduce(tf.distribute.ReduceOp.SUM if k in summed
-                                                 else tf.distribute.ReduceOp.MEAN, v, axis=None)
-                              for k, v in per_replica.items()}
+                    values = reduce_values(strategy.run(step_fn, args=(next(iterator),)))
                 # Reassign (not mutate) so autograph carries the arrays through the loop.
                 history = {k: ta.write(i, values[k]) for k, ta in history.items()}
                 done = i + 1
