@@ -20,6 +20,8 @@ if _cpus:
     except RuntimeError:  # already initialised by an earlier import: keep what exists
         pass
 
+from tests import pretraining_fixtures as fx  # noqa: E402
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -37,3 +39,22 @@ def mirrored_strategy():
     collective instance"): every test shares this one.
     """
     return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A module's pretraining dataset: `pretraining_fixtures.write_dataset` (vocab, train and
+    eval shards, manifest) in a fresh directory."""
+    path = str(tmp_path_factory.mktemp("data"))
+    fx.write_dataset(path)
+    return path
+
+
+@pytest.fixture
+def float32_policy():
+    """Restores Keras' float32 policy after a test that builds a Trainer (which sets the policy
+    of its config globally). Use with `pytestmark = pytest.mark.usefixtures("float32_policy")`."""
+    yield
+    import keras
+
+    keras.mixed_precision.set_global_policy("float32")

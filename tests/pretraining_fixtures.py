@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import subprocess
 import sys
 from typing import Dict, List, Optional
 
@@ -162,6 +164,39 @@ def subprocess_env(**extra) -> dict:
 def run_pretraining_command(data_dir: str, model_name: str, hparams: dict, *flags) -> List[str]:
     return [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"), "--data-dir", data_dir,
             "--model-name", model_name, "--hparams", json.dumps(hparams), *flags]
+
+
+# The line run_pretraining.py prints at the end: the step and a sha256 of all weights.
+FINAL_LINE = re.compile(r"final: step (\d+), checkpoint \S+, weights sha256 ([0-9a-f]{64})")
+
+
+def final_fingerprint(log: str):
+    """(step, weights sha256) of the last final line in a run's log; fails the test without one."""
+    found = FINAL_LINE.findall(log)
+    assert found, f"no final line:\n{log[-3000:]}"
+    return int(found[-1][0]), found[-1][1]
+
+
+def latest_step(model_dir: str) -> Optional[int]:
+    """The step of the checkpoint `model_dir`'s state file names, or None."""
+    import tensorflow as tf
+
+    path = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
+    return None if path is None else int(path.rsplit("-", 1)[1])
+
+
+def start_workers(data_dir: str, model_name: str, hparams: dict, count: int = 2):
+    """`count` run_pretraining.py workers of one MultiWorkerMirroredStrategy cluster on free
+    127.0.0.1 ports (TF_CONFIG per worker); stderr is merged into each Popen's stdout."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(count)]}
+    procs = []
+    for index in range(count):
+        env = subprocess_env(TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen(
+            run_pretraining_command(data_dir, model_name, hparams), env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT))
+    return procs
 
 
 def read_scalars(model_dir: str, tags) -> Dict[str, Dict[int, float]]:

@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -23,17 +22,7 @@ from tests import pretraining_fixtures as fx
 RUN = dict(num_train_steps=4, save_checkpoints_steps=2, iterations_per_loop=2, keep_checkpoint_max=0)
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
+pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import glob
 import json
 import os
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,10 +18,7 @@ from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 
 
 def _dataset(tmp_path, name):

@@ -3,7 +3,6 @@ mid-run. The survivor must fail fast (not hang in a collective); restarting both
 last checkpoint to num_train_steps with bit-identical weights on both workers (the `final:` line
 of each worker's log carries a sha256 of its variables)."""
 
-import json
 import os
 import re
 import signal
@@ -11,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-import tensorflow as tf
 
 from tests import pretraining_fixtures as fx
 
@@ -20,32 +18,6 @@ RUN_TIMEOUT = 240
 # The survivor must exit within this long after its peer died (TF's coordination service
 # heartbeat notices a dead task in ~10 s; a hang would run into RUN_TIMEOUT instead).
 FAIL_FAST_SECONDS = 90
-FINAL_LINE = re.compile(r"final: step (\d+), checkpoint \S+, weights sha256 ([0-9a-f]{64})")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
-
-
-def _start_workers(data_dir, hparams):
-    ports = fx.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-    procs = []
-    for index in range(2):
-        env = fx.subprocess_env(TF_CONFIG=json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen(
-            fx.run_pretraining_command(data_dir, "mw_kill", hparams), env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=fx.REPO_ROOT))
-    return procs
-
-
-def _latest_step(model_dir):
-    path = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
-    return None if path is None else int(path.rsplit("-", 1)[1])
 
 
 @pytest.mark.slow
@@ -53,11 +25,11 @@ def test_killing_one_worker_fails_the_other_fast_and_both_resume(data_dir):
     hparams = fx.tiny_hparams(num_train_steps=STEPS, iterations_per_loop=1, save_checkpoints_steps=2,
                               strategy="multi_worker")
     model_dir = os.path.join(data_dir, "models", "mw_kill")
-    procs = _start_workers(data_dir, hparams)
+    procs = fx.start_workers(data_dir, "mw_kill", hparams)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT
         while time.monotonic() < deadline and all(p.poll() is None for p in procs):
-            step = _latest_step(model_dir)
+            step = fx.latest_step(model_dir)
             if step is not None and step >= 4:
                 break
             time.sleep(0.05)
@@ -78,10 +50,10 @@ def test_killing_one_worker_fails_the_other_fast_and_both_resume(data_dir):
     assert procs[0].returncode != 0, log0[-3000:]
     assert procs[1].returncode == -signal.SIGKILL
     print(f"survivor exited {survivor_seconds:.1f} s after the kill (code {procs[0].returncode})")
-    step_at_kill = _latest_step(model_dir)
+    step_at_kill = fx.latest_step(model_dir)
     assert step_at_kill is not None and step_at_kill < STEPS
 
-    procs = _start_workers(data_dir, hparams)
+    procs = fx.start_workers(data_dir, "mw_kill", hparams)
     logs = []
     try:
         for p in procs:
@@ -95,7 +67,7 @@ def test_killing_one_worker_fails_the_other_fast_and_both_resume(data_dir):
     for index, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"worker {index} failed on restart:\n{log[-3000:]}"
         assert re.search(rf"restored \S+ckpt-{step_at_kill} \(step {step_at_kill}\)", log), log[-3000:]
-        found = FINAL_LINE.findall(log)
-        assert found and int(found[-1][0]) == STEPS, log[-3000:]
-        fingerprints.append(found[-1][1])
+        step, fingerprint = fx.final_fingerprint(log)
+        assert step == STEPS, log[-3000:]
+        fingerprints.append(fingerprint)
     assert fingerprints[0] == fingerprints[1]

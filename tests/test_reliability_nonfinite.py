@@ -7,7 +7,6 @@ real input pipeline, the compiled loop and the optimizer.
 
 import logging
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -20,17 +19,7 @@ from tests import pretraining_fixtures as fx
 MASK_ID = 4  # fx.vocab_tokens(): [PAD] [UNK] [CLS] [SEP] [MASK]
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
+pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 
 
 class _PoisonedModel:

@@ -17,7 +17,6 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from tests import pretraining_fixtures as fx
 
@@ -25,14 +24,6 @@ STEPS = 24
 SUBPROCESS_TIMEOUT = 240
 KILLS = 3
 LOSS_TAGS = ("total_loss", "masked_lm_loss", "disc_loss", "grad_norm", "learning_rate")
-FINAL_LINE = re.compile(r"final: step (\d+), checkpoint \S+, weights sha256 ([0-9a-f]{64})")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
 
 
 def _hparams():
@@ -40,19 +31,8 @@ def _hparams():
                            keep_checkpoint_max=0)
 
 
-def _latest_step(model_dir):
-    path = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
-    return None if path is None else int(path.rsplit("-", 1)[1])
-
-
 def read_step_scalars(model_dir):
     return fx.read_scalars(model_dir, LOSS_TAGS)
-
-
-def _final_fingerprint(log):
-    found = FINAL_LINE.findall(log)
-    assert found, f"no final line:\n{log[-3000:]}"
-    return int(found[-1][0]), found[-1][1]
 
 
 @pytest.mark.slow
@@ -79,7 +59,7 @@ def test_sigkill_at_random_moments_resumes_exactly(data_dir):
             try:
                 deadline = time.monotonic() + SUBPROCESS_TIMEOUT
                 while time.monotonic() < deadline and proc.poll() is None:
-                    step = _latest_step(model_dir)
+                    step = fx.latest_step(model_dir)
                     if step is not None and step >= target:
                         time.sleep(float(rng.uniform(0.0, 0.3)))
                         proc.send_signal(signal.SIGKILL)
@@ -92,7 +72,7 @@ def test_sigkill_at_random_moments_resumes_exactly(data_dir):
             logs.append(err)
             if proc.returncode != -signal.SIGKILL:
                 pytest.fail(f"attempt ended with {proc.returncode} before the kill:\n{err[-3000:]}")
-            killed_at.append(_latest_step(model_dir))
+            killed_at.append(fx.latest_step(model_dir))
         final = subprocess.run(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
                                capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT)
         ref_err = reference.communicate(timeout=SUBPROCESS_TIMEOUT)[1]
@@ -111,8 +91,8 @@ def test_sigkill_at_random_moments_resumes_exactly(data_dir):
         assert resumed and step <= int(resumed[0]) <= step + 2, (step, log[-3000:])
         assert "holds no data position" not in log
 
-    ref_step, ref_sha = _final_fingerprint(ref_err)
-    final_step, final_sha = _final_fingerprint(final.stderr)
+    ref_step, ref_sha = fx.final_fingerprint(ref_err)
+    final_step, final_sha = fx.final_fingerprint(final.stderr)
     assert ref_step == final_step == STEPS
     assert final_sha == ref_sha  # bit-identical parameters, optimizer-driven RNG states included
 

@@ -21,13 +21,6 @@ from tests import pretraining_fixtures as fx
 SUBPROCESS_TIMEOUT = 180
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
-
-
 def _main(capsys, *argv):
     code = run_pretraining.main(list(argv))
     captured = capsys.readouterr()

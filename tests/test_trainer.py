@@ -41,17 +41,7 @@ class _Records(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
+pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 
 
 def _state(trainer):

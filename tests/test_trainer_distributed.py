@@ -8,10 +8,7 @@ example's index in the global batch), and neither do the data order, the gradien
 clip, which is what this test is about.
 """
 
-import json
 import os
-import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -21,13 +18,6 @@ from tests import pretraining_fixtures as fx
 
 STEPS = 4
 WORKER_TIMEOUT_SECONDS = 240
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(path)
-    return path
 
 
 def _no_dropout_config(data_dir, name, **overrides):
@@ -64,22 +54,14 @@ def test_two_replicas_match_one_device_at_the_same_global_batch(data_dir, mirror
 
 
 def test_two_workers_finish_with_identical_weights(data_dir):
-    ports = fx.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     hparams = fx.tiny_hparams(num_train_steps=STEPS, iterations_per_loop=2, save_checkpoints_steps=2,
                               strategy="multi_worker")
-    procs = []
-    for index in range(2):
-        env = fx.subprocess_env(TF_CONFIG=json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen(
-            fx.run_pretraining_command(data_dir, "multi_worker", hparams), env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=fx.REPO_ROOT))
+    procs = fx.start_workers(data_dir, "multi_worker", hparams)
     outputs = []
     try:
         for proc in procs:
-            out, err = proc.communicate(timeout=WORKER_TIMEOUT_SECONDS)
-            outputs.append((proc.returncode, out + err))
+            log = proc.communicate(timeout=WORKER_TIMEOUT_SECONDS)[0]
+            outputs.append((proc.returncode, log))
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -88,10 +70,9 @@ def test_two_workers_finish_with_identical_weights(data_dir):
     fingerprints = []
     for index, (code, log) in enumerate(outputs):
         assert code == 0, f"worker {index} failed:\n{log[-3000:]}"
-        found = re.findall(r"final: step (\d+), checkpoint \S+, weights sha256 ([0-9a-f]{64})", log)
-        assert found, f"worker {index} printed no final line:\n{log[-3000:]}"
-        assert int(found[-1][0]) == STEPS
-        fingerprints.append(found[-1][1])
+        step, fingerprint = fx.final_fingerprint(log)
+        assert step == STEPS
+        fingerprints.append(fingerprint)
     assert fingerprints[0] == fingerprints[1]
     # The chief writes the run (checkpoint at the end, summaries); the other worker's checkpoints
     # stay in its private directory.

@@ -5,7 +5,6 @@ freeze the generator and train the discriminator. Asserted: the copied weights, 
 never moves (also after a restart), a discriminator that does, and clear errors.
 """
 
-import keras
 import numpy as np
 import pytest
 
@@ -19,16 +18,11 @@ STAGE2 = {**SIZES, "untied_generator_embeddings": True, "generator_hidden_size":
           "generator_layers": 1.0, "gen_weight": 0.0}
 
 
-@pytest.fixture(autouse=True)
-def _float32_policy():
-    yield
-    keras.mixed_precision.set_global_policy("float32")
+pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 
 
 @pytest.fixture(scope="module")
-def stage1(tmp_path_factory):
-    data_dir = str(tmp_path_factory.mktemp("data"))
-    fx.write_dataset(data_dir)
+def stage1(data_dir):
     trainer = trainer_lib.Trainer(fx.tiny_config(data_dir, "stage1", electra_objective=False, **SIZES,
                                                  num_train_steps=3, iterations_per_loop=3,
                                                  save_checkpoints_steps=3))
