@@ -76,12 +76,19 @@ class FileScan(NamedTuple):
         return self.readable - len(self.bad_indices)
 
 
-def scan_file(path: str, max_seq_length: int) -> FileScan:
+def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> FileScan:
     """Reads and parses every record of a file once; never raises on bad records.
 
     The TFRecord reader checks each record's CRC32C, so a garbled or truncated record ends the
     read (nothing after it can be located); records are parsed a batch at a time, and a batch
     that fails is parsed record by record to find the bad ones.
+
+    Args:
+        path: str. A TFRecord file.
+        max_seq_length: int. The length every feature must have.
+        stop_at_first: bool. Stop at the first record that does not parse (`bad_indices` then
+            holds only it and `readable` counts up to its batch): enough to refuse a file,
+            without parsing a foreign file record by record.
     """
     readable, bad = 0, []
 
@@ -94,11 +101,15 @@ def scan_file(path: str, max_seq_length: int) -> FileScan:
                     tfrecord_io.parse_example(records[i], max_seq_length)
                 except tf.errors.InvalidArgumentError:
                     bad.append(readable + i)
+                    if stop_at_first:
+                        return
 
     try:
         for records in tf.data.TFRecordDataset(path).batch(VERIFY_BATCH):
             check(records)
             readable += int(records.shape[0])
+            if stop_at_first and bad:
+                return FileScan(path, readable, tuple(bad), None)
     except tf.errors.DataLossError as e:
         # The failed batch is lost whole: read its records one at a time up to the bad one.
         error = _first_line(e)
@@ -132,11 +143,11 @@ def verify_records(paths: List[str], *, max_seq_length: int,
     """
     total = 0
     for path in paths:
-        scan = scan_file(path, max_seq_length)
+        scan = scan_file(path, max_seq_length, stop_at_first=True)
         if scan.bad_indices:
             raise DataError(f"{path}: record #{scan.bad_indices[0]} is not an example with the "
                             f"features {', '.join(tfrecord_io.FEATURE_NAMES)} of length "
-                            f"{max_seq_length} ({len(scan.bad_indices)} such record(s))")
+                            f"{max_seq_length}")
         if scan.error is not None:
             raise DataError(f"{path}: corrupted or truncated TFRecord file after {scan.readable} "
                             f"good records ({scan.error}); rebuild the dataset")
