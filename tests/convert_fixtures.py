@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 REAL_VOCAB = os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt")
 
 # Real text (Jane Austen, Sense and Sensibility, public domain), two segments per example.

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 SCRIPT = os.path.join(REPO_ROOT, "build_pretraining_dataset.py")
 GOOD_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "hello", "world", "again"]
 

@@ -20,7 +20,7 @@ from electra_tf.data.corpus import list_corpus_files
 from electra_tf.data.tfrecord_io import FEATURE_NAMES, parse_example, read_manifest, shard_paths
 from electra_tf.vocab import load_vocab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 REAL_VOCAB = os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt")
 REAL_CORPUS = os.path.join(REPO_ROOT, "pretrain_data", "corpus")
 NUM_WORDS = 2000

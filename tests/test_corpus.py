@@ -9,6 +9,7 @@ import pytest
 
 from electra_tf.data.corpus import (CorpusError, ReadStats, decode_utf8, iter_line_batches,
                                     list_corpus_files)
+from tests import pretraining_fixtures as fx
 
 
 def read_lines(path, **kwargs):
@@ -124,7 +125,7 @@ def test_memory_stays_bounded_on_a_large_file_with_a_10mb_line(tmp_path):
     # than a few tens of MB (it holds about one chunk plus one partial line).
     script = textwrap.dedent(f"""
         import resource, sys
-        sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
+        sys.path.insert(0, {fx.REPO_ROOT!r})
         from electra_tf.data.corpus import iter_line_batches, ReadStats
         path = {str(tmp_path / "big.txt")!r}
         block = b"the quick brown fox jumps over the lazy dog\\n" * 20000

@@ -17,7 +17,7 @@ import pytest
 from electra_tf.data import fetch
 from electra_tf.data.fetch import ChecksumError, DownloadError, FetchError
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 
 VOCAB_TEXT = "\n".join(["[PAD]"] + [f"[unused{i}]" for i in range(99)]
                        + ["[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s"]) + "\n"

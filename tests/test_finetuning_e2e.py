@@ -24,7 +24,7 @@ from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.training import export as pretraining_export
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 POSITIVE = ["good", "great", "fine"]
 NEGATIVE = ["bad", "awful", "poor"]
 FILLER = ["the", "a", "movie", "film", "was", "is", "plot", "actor", "very", "not"]

@@ -6,8 +6,9 @@ import sys
 import pytest
 
 from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+from tests import pretraining_fixtures as fx
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+sys.path.insert(0, os.path.join(fx.REPO_ROOT, "experiments"))
 import electra_vs_mlm as experiment  # noqa: E402
 
 

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.training import strategy as strategy_lib
+from tests import pretraining_fixtures as fx
 
 
 class _ResolverCalled(Exception):
@@ -120,7 +121,7 @@ def test_inter_op_threads_default_in_a_fresh_process(name, threads, virtual_cpus
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = fx.REPO_ROOT
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=root)
     env.pop("TF_CONFIG", None)
     env.pop("TPU_NAME", None)

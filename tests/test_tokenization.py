@@ -25,7 +25,7 @@ from electra_tf.data.tokenization import (MAX_INPUT_CHARS_PER_WORD, GraphBasicTo
                                           Tokenizer, unicode_tables)
 from electra_tf.vocab import load_vocab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 REAL_VOCAB = os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt")
 REAL_CORPUS = os.path.join(REPO_ROOT, "pretrain_data", "corpus")
 FETCH_HINT = "run `python pretrain_data/fetch.py` to fetch the real BERT vocab and corpus"
