@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from electra_tf.convert.__main__ import main
 
-import convert_fixtures as cf
+from tests import convert_fixtures as cf
 
 COMMANDS = ("from-google", "to-hf", "to-keras-hub", "to-google")
 

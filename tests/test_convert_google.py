@@ -20,7 +20,7 @@ from electra_tf.convert.names import ConversionError
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
-import convert_fixtures as cf
+from tests import convert_fixtures as cf
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from transformers.models.electra.modeling_electra import load_tf_weights_in_elec
 from electra_tf.convert import google, hf  # noqa: E402
 from electra_tf.convert.names import ConversionError  # noqa: E402
 
-import convert_fixtures as cf  # noqa: E402
+from tests import convert_fixtures as cf  # noqa: E402
 
 TOLERANCE = 1e-4  # max abs difference, float32 (issue #6)
 H, L, E = cf.TINY["hidden_size"], cf.TINY["num_hidden_layers"], cf.TINY["embedding_size"]

@@ -17,7 +17,7 @@ import tensorflow as tf
 from electra_tf.convert import keras_hub as kh_convert
 from electra_tf.convert.names import ConversionError
 
-import convert_fixtures as cf
+from tests import convert_fixtures as cf
 
 EXACT_TOLERANCE = 1e-4  # mapping check (exact GELU swapped in), float32
 # Measured tanh-vs-erf GELU effect on sequence_output for these random weights (2 layers, unit-scale

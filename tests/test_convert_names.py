@@ -9,7 +9,7 @@ from electra_tf.convert.names import ConversionError
 from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.vocab import SpecialTokens
 
-import convert_fixtures as cf
+from tests import convert_fixtures as cf
 
 V = 40
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
