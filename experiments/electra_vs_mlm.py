@@ -6,7 +6,7 @@
 What it does (docs/experiments.md has the design and the results):
 
 1. Data: the default corpus (fetched if needed) is built into pretraining TFRecords in the work
-   dir; BBC News and Pang & Lee are fetched as fine-tuning tasks (electra_tf.data.labelled).
+   dir; BBC News and Pang & Lee are fetched as fine-tuning tasks (electra_tf.sources.labelled).
 2. Pretraining, the same discriminator size for every objective, the same global batch, and the
    same pretraining FLOPs (counted by `flops_per_sequence`):
    - `electra`: the official joint objective (generator 1/4 width, shared embeddings);
@@ -333,8 +333,9 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
 # The experiment
 # ------------------------------------------------------------------------------------------------
 def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
-    from electra_tf.data import builder, labelled
-    from electra_tf.data.fetch import default_data_ready, fetch_default_data
+    from electra_tf.data import builder
+    from electra_tf.sources import labelled
+    from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
     default_dir = os.path.join(REPO_ROOT, "pretrain_data")
     if not default_data_ready(default_dir):

@@ -15,7 +15,7 @@ import sys
 # Run from a checkout without installing the package: the repository root holds electra_tf/.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_tf.data.fetch import FetchError, default_cache_dir, fetch_default_data  # noqa: E402
+from electra_tf.sources.fetch import FetchError, default_cache_dir, fetch_default_data  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:

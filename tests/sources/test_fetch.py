@@ -1,4 +1,4 @@
-"""Tests for electra_tf.data.fetch, offline: fake wheels and .debs built here, a fake downloader."""
+"""Tests for electra_tf.sources.fetch, offline: fake wheels and .debs built here, a fake downloader."""
 
 import bz2
 import gzip
@@ -14,8 +14,8 @@ import zipfile
 
 import pytest
 
-from electra_tf.data import fetch
-from electra_tf.data.fetch import ChecksumError, DownloadError, FetchError
+from electra_tf.sources import fetch
+from electra_tf.sources.fetch import ChecksumError, DownloadError, FetchError
 
 from tests.pretraining_fixtures import REPO_ROOT
 

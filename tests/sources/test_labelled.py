@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from electra_tf.data import fetch, labelled
+from electra_tf.sources import fetch, labelled
 from electra_tf.finetuning.tasks import load_task
 
 

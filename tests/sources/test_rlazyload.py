@@ -1,4 +1,4 @@
-"""Tests for electra_tf.data.rlazyload: R XDR serializations and lazy-load databases.
+"""Tests for electra_tf.sources.rlazyload: R XDR serializations and lazy-load databases.
 
 The bytes are written here by a tiny encoder that follows R's format (flags word = type |
 levels << 12 | has-attr bit 9 | has-tag bit 10), so each test states the exact stream.
@@ -12,8 +12,8 @@ import zlib
 
 import pytest
 
-from electra_tf.data import fetch, rlazyload
-from electra_tf.data.rlazyload import R_NULL, RDataError
+from electra_tf.sources import fetch, rlazyload
+from electra_tf.sources.rlazyload import R_NULL, RDataError
 
 UTF8_LEVEL = 1 << 3
 LATIN1_LEVEL = 1 << 2

