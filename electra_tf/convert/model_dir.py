@@ -97,7 +97,7 @@ def load_model_dir(model_dir: str, checkpoint: Optional[str] = None) -> LoadedMo
     Raises:
         ConversionError: files missing, or the checkpoint does not match the config.
     """
-    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
     config_path = os.path.join(model_dir, CONFIG_NAME)
     if not os.path.isfile(config_path):

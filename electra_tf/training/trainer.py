@@ -42,7 +42,7 @@ import tensorflow as tf
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.convert.model_dir import INIT_CHECKPOINT_DIR  # imported weights (from-google)
 from electra_tf.data import pipeline
-from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import optimization
 from electra_tf.training.strategy import get_strategy, is_chief

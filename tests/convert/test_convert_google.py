@@ -17,7 +17,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.convert import google, names
 from electra_tf.convert.model_dir import INIT_CHECKPOINT_DIR, load_model_dir
 from electra_tf.convert.names import ConversionError
-from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
 from tests import convert_fixtures as cf

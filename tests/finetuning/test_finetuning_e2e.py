@@ -20,7 +20,7 @@ from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.pretrained import PretrainedError, load_pretrained
 from electra_tf.finetuning.tasks import load_task
-from electra_tf.modeling.pretrainer import ElectraPretrainer
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import export as pretraining_export
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 

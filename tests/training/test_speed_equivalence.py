@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import encoder
-from electra_tf.modeling.pretrainer import ElectraPretrainer
 from electra_tf.pretraining import losses
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.vocab import SpecialTokens
 
