@@ -15,17 +15,15 @@ Examples:
 """
 
 import argparse
-import logging
 import os
 import sys
 import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from electra_tf.finetuning.config import HPARAM_NAMES  # noqa: E402  (stdlib only: --help stays fast)
-
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+# Standard library only, so --help stays fast (the work imports TensorFlow).
+from electra_tf.cli import run_cli, setup_logging  # noqa: E402
+from electra_tf.finetuning.config import HPARAM_NAMES  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,31 +48,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("electra_tf").setLevel(level)
-    from electra_tf.config import ConfigError
-    from electra_tf.finetuning.config import FinetuningConfig
-    from electra_tf.finetuning.pretrained import PretrainedError
-    from electra_tf.finetuning.runner import FinetuningError, run
-    from electra_tf.finetuning.tasks import DataFileError
-    from electra_tf.vocab import VocabError
+    setup_logging(args.quiet)
 
-    try:
+    def work():
+        from electra_tf.finetuning.config import FinetuningConfig
+        from electra_tf.finetuning.runner import run
+
         config = FinetuningConfig.create(args.model_name, args.data_dir, args.hparams)
         results = run(config, overwrite=args.overwrite)
-    except (ConfigError, DataFileError, PretrainedError, FinetuningError, VocabError) as e:
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"run_finetuning.py: error: {message}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("run_finetuning.py: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(f"results: {config.results_json}")
-    for trial in results["trials"]:
-        if "export" in trial:
-            print(f"model (trial {trial['trial']}): {trial['export']}")
-    return 0
+        print(f"results: {config.results_json}")
+        for trial in results["trials"]:
+            if "export" in trial:
+                print(f"model (trial {trial['trial']}): {trial['export']}")
+
+    return run_cli("run_finetuning.py", work)
 
 
 if __name__ == "__main__":

@@ -40,12 +40,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic
 from electra_tf.config import (MODEL_SIZES, ConfigError, PretrainingConfig, get_bert_config,
                                get_generator_config, parse_hparams)
 from electra_tf.convert import names
 from electra_tf.convert.model_dir import (CONFIG_NAME, INIT_CHECKPOINT_DIR, INIT_CHECKPOINT_PREFIX,
                                           VOCAB_NAME, load_model_dir, prepare_output_dir)
 from electra_tf.convert.names import ConversionError, format_shape
+from electra_tf.errors import error_line
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -109,7 +111,7 @@ def read_tf1_checkpoint(path: str) -> TF1Checkpoint:
     try:
         reader = tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError) as e:
-        raise ConversionError(f"--checkpoint {path}: cannot read it ({str(e).splitlines()[0]})") from None
+        raise ConversionError(f"--checkpoint {path}: cannot read it ({error_line(e, limit=None)})") from None
     shape_map = reader.get_variable_to_shape_map()
     dtype_map = reader.get_variable_to_dtype_map()
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in shape_map:
@@ -419,8 +421,7 @@ def _write_model_dir(output_dir: str, config: PretrainingConfig, vocab_file: str
     config.save(os.path.join(output_dir, CONFIG_NAME))
     vocab_out = os.path.join(output_dir, VOCAB_NAME)
     if os.path.abspath(vocab_file) != os.path.abspath(vocab_out):
-        shutil.copyfile(vocab_file, vocab_out + ".tmp")
-        os.replace(vocab_out + ".tmp", vocab_out)
+        atomic.copy_file(vocab_file, vocab_out)
     path = tf.train.latest_checkpoint(init_dir)
     logger.info("wrote %s, %s and %s", os.path.join(output_dir, CONFIG_NAME), vocab_out, path)
     return path
@@ -492,11 +493,9 @@ def export_google_checkpoint(model_dir: str, output_dir: str, checkpoint: Option
     base = f"{GOOGLE_CHECKPOINT_PREFIX}-{loaded.step}"
     prepare_output_dir(output_dir, (CHECKPOINT_STATE_NAME, base + ".index", VOCAB_NAME), overwrite)
     prefix = write_tf1_checkpoint(os.path.join(output_dir, base), weights, global_step=loaded.step)
-    state = os.path.join(output_dir, CHECKPOINT_STATE_NAME)
-    with open(state + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
-    os.replace(state + ".tmp", state)
-    shutil.copyfile(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+    atomic.write_text(os.path.join(output_dir, CHECKPOINT_STATE_NAME),
+                      f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
+    atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
     logger.info("wrote %s (%d weights under the official names, global_step %d)", prefix,
                 len(weights), loaded.step)
     return prefix

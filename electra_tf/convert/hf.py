@@ -29,11 +29,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from typing import Dict, Mapping, Optional
 
 import numpy as np
 
+from electra_tf import atomic
 from electra_tf.config import ModelConfig
 from electra_tf.convert import names
 from electra_tf.convert.model_dir import VOCAB_NAME, load_model_dir, prepare_output_dir
@@ -192,13 +192,6 @@ def tokenizer_files(do_lower_case: bool, strip_accents: bool, model_max_length: 
     return {TOKENIZER_CONFIG_NAME: config, SPECIAL_TOKENS_MAP_NAME: special}
 
 
-def _write_json(path: str, value: dict) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
-
-
 def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
               checkpoint: Optional[str] = None, overwrite: bool = False) -> str:
     """Writes one network of a model directory as a transformers model directory.
@@ -228,14 +221,13 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
         model_config = ModelConfig(**(model.generator_config or model.discriminator_config))
     config = hf_config(model_config, part, loaded.vocab.special.pad_id)
     os.makedirs(output_dir, exist_ok=True)
-    tmp = os.path.join(output_dir, WEIGHTS_NAME + ".tmp")
-    save_file(state, tmp, metadata=SAFETENSORS_METADATA)
-    os.replace(tmp, os.path.join(output_dir, WEIGHTS_NAME))
-    _write_json(os.path.join(output_dir, CONFIG_NAME), config)
+    with atomic.atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
+        save_file(state, tmp, metadata=SAFETENSORS_METADATA)
+    atomic.write_json(os.path.join(output_dir, CONFIG_NAME), config, sort_keys=True)
     lower, strip = tokenization_settings(model_dir, loaded.config.do_lower_case)
     for name, value in tokenizer_files(lower, strip, model_config.max_position_embeddings).items():
-        _write_json(os.path.join(output_dir, name), value)
-    shutil.copyfile(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+        atomic.write_json(os.path.join(output_dir, name), value, sort_keys=True)
+    atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
     logger.info("wrote the %s (%s, %d tensors, step %d) to %s", part, HF_ARCHITECTURES[part],
                 len(state), loaded.step, output_dir)
     return output_dir

@@ -19,14 +19,13 @@ The export is written to a temporary directory and renamed into place.
 from __future__ import annotations
 
 import json
-import os
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import tensorflow as tf
 
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.tasks import Task
-from electra_tf.training.export import EXTRA_DIR, save_atomically
+from electra_tf.training.export import save_atomically
 
 LABELS_FILE = "labels.json"
 CONFIG_FILE = "finetuning_config.json"
@@ -107,9 +106,3 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     return save_atomically(module, module.signature_functions, target,
                            extra_files={"vocab.txt": vocab_path},
                            extra_texts={CONFIG_FILE: config_json + "\n", LABELS_FILE: labels})
-
-
-def load_labels(export_dir: str) -> Dict[str, List[str]]:
-    """{task: label names} of an export."""
-    with open(os.path.join(export_dir, EXTRA_DIR, LABELS_FILE), encoding="utf-8") as f:
-        return json.load(f)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.config import ConfigError, PretrainingConfig, get_bert_config
+from electra_tf.errors import ElectraError, error_line
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.modeling.encoder import ElectraEncoder
@@ -44,7 +45,7 @@ SAVED_MODEL_EXTRA = "assets.extra"
 DEFAULT_STRIP_ACCENTS = True
 
 
-class PretrainedError(ValueError):
+class PretrainedError(ElectraError, ValueError):
     """The starting point cannot be read; the message names the path."""
 
 
@@ -156,9 +157,8 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
         status = tf.train.Checkpoint(encoder=encoder).read(variables)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PretrainedError(f"init_checkpoint {path}: its variables do not match the encoder "
-                              f"of its config.json: {first[:300]}") from None
+                              f"of its config.json: {error_line(e)}") from None
     do_lower_case, strip_accents = _tokenization(pretraining, config)
     return Pretrained(bert.to_dict(), encoder.get_weights(), load_vocab(vocab_path), do_lower_case,
                       strip_accents, "saved_model", path, 0)

@@ -21,7 +21,6 @@ Existing outputs are never replaced without `overwrite`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -31,7 +30,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic
 from electra_tf.data.tokenization import Tokenizer
+from electra_tf.errors import ElectraError
 from electra_tf.finetuning import metrics as metrics_lib
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.encoding import FEATURE_NAMES, TextEncoder
@@ -49,7 +50,7 @@ EVAL_SPLITS = ("dev", "test")
 TEST_PREDICTIONS_DIR = "test_predictions"
 
 
-class FinetuningError(RuntimeError):
+class FinetuningError(ElectraError, RuntimeError):
     """The run cannot proceed (outputs exist without overwrite, no training data, ...)."""
 
 
@@ -193,12 +194,10 @@ def _log_examples(task: Task, split: EncodedSplit, vocab, count: int = 3) -> Non
 
 
 def _write_predictions(path: str, task: Task, split: EncodedSplit, logits: np.ndarray) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write("index\tprediction\n")
         for i, label_id in enumerate(np.argmax(logits, axis=-1)):
             f.write(f"{i}\t{task.labels[int(label_id)]}\n")
-    os.replace(path + ".tmp", path)
 
 
 def summarize(trials: List[dict]) -> Dict[str, Dict[str, Dict[str, Dict[str, float]]]]:
@@ -223,14 +222,6 @@ def format_results(summary: dict, num_trials: int) -> List[str]:
                 lines.append(f"{task} {split} {metric}: {100 * stat['mean']:.2f} ± "
                              f"{100 * stat['std']:.2f} ({num_trials} trial{'s' if num_trials > 1 else ''})")
     return lines
-
-
-def _write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
@@ -322,11 +313,9 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
         "trials": trials,
         "summary": summarize(trials) if trials and trials[0]["metrics"] else {},
     }
-    _write_json(config.results_json, results)
+    atomic.write_json(config.results_json, results, sort_keys=True, default=str)
     lines = format_results(results["summary"], config.num_trials)
-    with open(config.results_txt + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + ("\n" if lines else ""))
-    os.replace(config.results_txt + ".tmp", config.results_txt)
+    atomic.write_text(config.results_txt, "\n".join(lines) + ("\n" if lines else ""))
     for line in lines:
         logger.info("%s", line)
     return results

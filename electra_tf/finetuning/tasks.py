@@ -39,6 +39,8 @@ import io
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from electra_tf.errors import ElectraError
+
 TEXT_COLUMN = "text"
 TEXT_B_COLUMN = "text_b"
 LABEL_COLUMN = "label"
@@ -46,7 +48,7 @@ SPLIT_NAMES = ("train", "dev", "test")
 GENERIC_EXTENSIONS = (".tsv", ".csv")
 
 
-class DataFileError(ValueError):
+class DataFileError(ElectraError, ValueError):
     """A task data file is missing or malformed; the message names file and line."""
 
 

@@ -33,6 +33,8 @@ import tempfile
 import zipfile
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional
 
+from electra_tf import atomic
+from electra_tf.errors import ElectraError
 from electra_tf.sources import rlazyload
 from electra_tf.sources import text_cleaning
 from electra_tf.vocab import VocabError, file_sha256, load_vocab
@@ -58,7 +60,7 @@ _STAGING_PREFIX = ".fetch-staging-"
 _OLD_PREFIX = ".fetch-old-"
 
 
-class FetchError(RuntimeError):
+class FetchError(ElectraError, RuntimeError):
     """The default data could not be fetched or installed; the message says why."""
 
 
@@ -510,14 +512,6 @@ def _same_corpus(staging: str, data_dir: str) -> bool:
         _file_digests(corpus) == _file_digests(os.path.join(staging, CORPUS_DIR_NAME)))
 
 
-def _write_json_atomically(path: str, value: dict) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
 def _conflict_message(path: str) -> str:
     return (f"{path} already exists and differs from the fetched default data; "
             f"pass --overwrite (overwrite=True) to replace it")
@@ -540,7 +534,7 @@ def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) 
         raise FetchError(_conflict_message(conflicts[0]))
     if vocab_same and corpus_same:
         log(f"{data_dir}: vocab and corpus already up to date")
-        _write_json_atomically(manifest_path, manifest)
+        atomic.write_json(manifest_path, manifest, sort_keys=True)
         return
     # From here DATA_DIR is not "ready" until the new manifest is written.
     if os.path.lexists(manifest_path):
@@ -555,7 +549,7 @@ def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) 
         if os.path.isdir(vocab):
             raise FetchError(f"{vocab} is a directory; remove it and fetch again")
         os.replace(os.path.join(staging, VOCAB_NAME), vocab)
-    _write_json_atomically(manifest_path, manifest)
+    atomic.write_json(manifest_path, manifest, sort_keys=True)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 

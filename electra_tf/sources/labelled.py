@@ -38,6 +38,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from electra_tf import atomic
 from electra_tf.sources import fetch
 from electra_tf.vocab import file_sha256
 
@@ -413,10 +414,7 @@ def _install(name: str, directory: str, splits: Dict[str, List[LabelledExample]]
             os.remove(manifest_path)  # not "complete" while the TSVs are being replaced
         for split in SPLITS:
             os.replace(os.path.join(staging, f"{split}.tsv"), os.path.join(directory, f"{split}.tsv"))
-        with open(manifest_path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(manifest_path + ".tmp", manifest_path)
+        atomic.write_json(manifest_path, manifest, indent=1, sort_keys=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _result(name, directory, manifest)
@@ -425,6 +423,8 @@ def _install(name: str, directory: str, splits: Dict[str, List[LabelledExample]]
 def main(argv=None) -> int:
     """`python -m electra_tf.sources.labelled [--data-dir DIR] [--overwrite] [NAME ...]`."""
     import argparse
+
+    from electra_tf.cli import run_cli
 
     parser = argparse.ArgumentParser(
         prog="python -m electra_tf.sources.labelled",
@@ -435,14 +435,14 @@ def main(argv=None) -> int:
     parser.add_argument("--cache-dir", default=None, help="download cache (default: as the corpus fetch)")
     parser.add_argument("--overwrite", action="store_true", help="replace differing TSVs")
     args = parser.parse_args(argv)
-    try:
-        results = fetch_labelled_data(args.data_dir, args.names or None, args.cache_dir, args.overwrite)
-    except fetch.FetchError as e:
-        print(f"labelled: error: {e}", file=sys.stderr)
-        return 1
-    for result in results.values():
-        print(f"{result.name}: {result.directory} {json.dumps(result.counts, sort_keys=True)}")
-    return 0
+
+    def work():
+        results = fetch_labelled_data(args.data_dir, args.names or None, args.cache_dir,
+                                      args.overwrite)
+        for result in results.values():
+            print(f"{result.name}: {result.directory} {json.dumps(result.counts, sort_keys=True)}")
+
+    return run_cli("labelled", work)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
+from electra_tf.errors import ElectraError
+
 # SEXP type codes (R's Rinternals.h) of the objects this reader understands.
 _NILSXP = 0
 _SYMSXP = 1
@@ -70,7 +72,7 @@ _R_XZ_DICT_SIZE = 64 << 20
 _RDB_TYPE_BYTES = {b"Z": "zlib", b"2": "bzip2", b"X": "xz", b"0": "none"}
 
 
-class RDataError(ValueError):
+class RDataError(ElectraError, ValueError):
     """An R data file is malformed or uses a feature this reader does not support."""
 
 

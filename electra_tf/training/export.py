@@ -24,11 +24,11 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
+from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import tfrecord_io
 from electra_tf.data.tokenization import Tokenizer
@@ -136,16 +136,9 @@ def tokenization_settings(config: PretrainingConfig) -> TokenizationSettings:
     return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
 
 
-def _readable_by_all(path: str) -> None:
-    # mkdtemp creates 0700; an export is meant to be shared (served by another user).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o777 & ~umask)
-
-
 def save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict,
                     extra_texts: Optional[dict] = None) -> str:
-    """Saves a SavedModel to `target` via a temporary directory and a rename.
+    """Saves a SavedModel to `target` via a temporary directory and a rename (`atomic_path`).
 
     Args:
         module: the tf.Module to save.
@@ -158,34 +151,21 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
     Returns:
         target.
     """
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
     tf_logger = logging.getLogger("tensorflow")
     tf_level = tf_logger.level
     try:
-        _readable_by_all(staging)
-        # While saving, TensorFlow warns about every captured constant's auto-generated name
-        # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
-        tf_logger.setLevel(max(tf_level, logging.ERROR))
-        tf.saved_model.save(module, staging, signatures=signatures)
-        extra = os.path.join(staging, EXTRA_DIR)
-        os.makedirs(extra, exist_ok=True)
-        for name, source in extra_files.items():
-            shutil.copyfile(source, os.path.join(extra, name))
-        for name, text in (extra_texts or {}).items():
-            with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        if os.path.exists(target):
-            old = staging + ".old"
-            os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        with atomic_path(target, directory=True) as staging:
+            # While saving, TensorFlow warns about every captured constant's auto-generated name
+            # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
+            tf_logger.setLevel(max(tf_level, logging.ERROR))
+            tf.saved_model.save(module, staging, signatures=signatures)
+            extra = os.path.join(staging, EXTRA_DIR)
+            os.makedirs(extra, exist_ok=True)
+            for name, source in extra_files.items():
+                shutil.copyfile(source, os.path.join(extra, name))
+            for name, text in (extra_texts or {}).items():
+                with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
+                    f.write(text)
     finally:
         tf_logger.setLevel(tf_level)
     return target

@@ -42,6 +42,7 @@ import tensorflow as tf
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.convert.model_dir import INIT_CHECKPOINT_DIR  # imported weights (from-google)
 from electra_tf.data import pipeline
+from electra_tf.errors import TrainingError
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import optimization
@@ -72,10 +73,6 @@ TRAIN_DATA_KEY_NAME = "train_data_key"
 EVAL_SEED_OFFSET = 1 << 40
 # tf.train.CheckpointManager's default checkpoint_name: checkpoints are `ckpt-<global step>`.
 CHECKPOINT_PREFIX = "ckpt"
-
-
-class TrainingError(RuntimeError):
-    """Training cannot continue (non-finite loss, incompatible model directory, ...)."""
 
 
 # ------------------------------------------------------------------------------------------------
