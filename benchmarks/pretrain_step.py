@@ -227,7 +227,7 @@ def worker_electra_tf(args):
         build_seconds = time.perf_counter() - start
         # The loop Trainer.train() runs (one compiled call per `iterations_per_loop` steps),
         # called directly so that no checkpoint or summary write lands in a timed window.
-        loop = trainer._make_train_loop()
+        loop = trainer.train_loop()
         iterator = trainer.train_iterator
         losses = []
 

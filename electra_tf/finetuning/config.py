@@ -25,7 +25,9 @@ import os
 import typing
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from electra_tf.config import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
+from electra_tf.config import (MODELS_DIR, ConfigError, check_known_hparams, coerce_hparam,
+                               parse_hparams)
+from electra_tf.training import run_dir
 
 MODEL_SIZES = ("small", "base", "large")
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -168,7 +170,7 @@ class FinetuningConfig:
 
         config = cls(**values)
         join = os.path.join
-        pretrained = join(data_dir, "models", model_name)
+        pretrained = join(data_dir, MODELS_DIR, model_name)
         tasks_str = ",".join(config.task_names)
         derived = {}
         if config.raw_data_dir is None:
@@ -177,14 +179,16 @@ class FinetuningConfig:
             derived["init_checkpoint"] = pretrained
         if config.vocab_file is None:
             # Official: the pretrained model's vocab, else DATA_DIR/vocab.txt.
-            vocab = join(pretrained, "vocab.txt")
+            vocab = join(pretrained, run_dir.VOCAB_NAME)
             derived["vocab_file"] = vocab if os.path.isfile(vocab) else join(data_dir, "vocab.txt")
         if config.model_dir is None:
-            derived["model_dir"] = join(pretrained, "finetuning_models")
+            derived["model_dir"] = join(pretrained, run_dir.FINETUNING_MODELS_DIR)
         if config.results_txt is None:
-            derived["results_txt"] = join(pretrained, "results", f"{tasks_str}_results.txt")
+            derived["results_txt"] = join(pretrained, run_dir.FINETUNING_RESULTS_DIR,
+                                          f"{tasks_str}_results.txt")
         if config.results_json is None:
-            derived["results_json"] = join(pretrained, "results", f"{tasks_str}_results.json")
+            derived["results_json"] = join(pretrained, run_dir.FINETUNING_RESULTS_DIR,
+                                           f"{tasks_str}_results.json")
         config = dataclasses.replace(config, **derived)
         config.validate()
         return config

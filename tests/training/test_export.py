@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.training import export as export_lib
+from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from electra_tf.vocab import load_vocab
 from tests import pretraining_fixtures as fx
@@ -195,19 +196,19 @@ def test_serve_text_tokenizes_like_the_project_tokenizer(exported):
 
 def test_tokenization_settings_come_from_the_dataset_manifest(exported, tmp_path):
     config = exported["trainer"].config
-    settings = export_lib.tokenization_settings(config)
-    assert settings.source == os.path.join(config.model_dir, export_lib.DATASET_MANIFEST_COPY)
+    settings = run_dir.tokenization_settings(config)
+    assert settings.source == os.path.join(config.model_dir, run_dir.DATASET_MANIFEST_COPY)
     assert (settings.do_lower_case, settings.strip_accents) == (True, True)
     # A dataset built without lowercasing is served without lowercasing.
     manifest = json.load(open(settings.source))
     manifest.update(do_lower_case=False, strip_accents=False)
     model_dir = str(tmp_path / "run")
     os.makedirs(model_dir)
-    with open(os.path.join(model_dir, export_lib.DATASET_MANIFEST_COPY), "w") as f:
+    with open(os.path.join(model_dir, run_dir.DATASET_MANIFEST_COPY), "w") as f:
         json.dump(manifest, f)
     import dataclasses
 
-    cased = export_lib.tokenization_settings(dataclasses.replace(config, model_dir=model_dir))
+    cased = run_dir.tokenization_settings(dataclasses.replace(config, model_dir=model_dir))
     assert (cased.do_lower_case, cased.strip_accents) == (False, False)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
@@ -97,7 +98,7 @@ def test_damaged_latest_checkpoint_falls_back_to_previous_good_one(original, dat
     assert trainer.step == 4
     assert trainer.weights_fingerprint() == original["fingerprint"]
     # The rewritten ckpt-4 is intact again.
-    assert trainer_lib.checkpoint_problem(bad) is None
+    assert run_dir.checkpoint_problem(bad) is None
 
 
 def test_state_file_naming_a_missing_checkpoint_is_not_a_fresh_start(original, data_dir, caplog):

@@ -45,9 +45,9 @@ def _poison(trainer, batch_indices):
     current position) poisoned, and its model with `_PoisonedModel`."""
     config = trainer.config
     dataset = pipeline.make_dataset(
-        config.pretrain_tfrecords, batch_size=trainer._per_replica_batch * trainer._local_replicas,
+        config.pretrain_tfrecords, batch_size=trainer.input_split.local_batch,
         max_seq_length=config.max_seq_length, is_training=True, seed=config.seed + 1,
-        input_context=trainer._input)
+        input_context=trainer.input_split.context)
     marks = tf.constant(batch_indices, tf.int64)
 
     def mark(index, batch):

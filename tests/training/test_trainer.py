@@ -18,6 +18,7 @@ import tensorflow as tf
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
 from electra_tf.pretraining.metrics import METRIC_NAMES
+from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
@@ -371,16 +372,16 @@ def test_remove_run_refuses_a_directory_that_is_not_a_run(tmp_path):
     user_dir.mkdir()
     (user_dir / "notes.txt").write_text("keep me")
     with pytest.raises(trainer_lib.TrainingError, match="refusing to delete"):
-        trainer_lib.remove_run(str(user_dir))
+        run_dir.remove_run(str(user_dir))
     assert (user_dir / "notes.txt").read_text() == "keep me"
     (user_dir / "config.json").write_text('{"not": "ours"}')
     with pytest.raises(trainer_lib.TrainingError):
-        trainer_lib.remove_run(str(user_dir))
-    assert trainer_lib.remove_run(str(tmp_path / "absent")) is False
+        run_dir.remove_run(str(user_dir))
+    assert run_dir.remove_run(str(tmp_path / "absent")) is False
 
 
 def test_remove_run_deletes_a_run(run_a, tmp_path):
     model_dir = str(tmp_path / "copy")
     shutil.copytree(run_a["config"].model_dir, model_dir)
-    assert trainer_lib.remove_run(model_dir) is True
+    assert run_dir.remove_run(model_dir) is True
     assert not os.path.exists(model_dir)

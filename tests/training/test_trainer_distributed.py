@@ -13,6 +13,7 @@ import os
 import numpy as np
 import pytest
 
+from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
@@ -79,6 +80,6 @@ def test_two_workers_finish_with_identical_weights(data_dir):
     model_dir = os.path.join(data_dir, "models", "multi_worker")
     assert os.path.exists(os.path.join(model_dir, f"ckpt-{STEPS}.index"))
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(model_dir))
-    worker_dir = os.path.join(model_dir, trainer_lib.WORKER_CHECKPOINT_DIR, "worker_1")
+    worker_dir = os.path.join(model_dir, run_dir.WORKER_CHECKPOINT_DIR, "worker_1")
     assert os.path.exists(os.path.join(worker_dir, f"ckpt-{STEPS}.index"))
     assert not any(f.startswith("events.out.tfevents") for f in os.listdir(worker_dir))
