@@ -41,7 +41,8 @@ from electra_tf.finetuning.model import ElectraClassifier, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.tasks import Example, Task, TaskData, load_task
-from electra_tf.training.optimization import AdamWeightDecay, WarmupPolynomialDecay, apply_gradients
+from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
+from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.strategy import set_inter_op_threads
 
 logger = logging.getLogger("electra_tf")

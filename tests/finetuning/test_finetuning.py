@@ -17,7 +17,7 @@ from electra_tf.finetuning.encoding import (TextEncoder, truncate_seq_pair_refer
 from electra_tf.finetuning.model import ElectraClassifier, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.tasks import DataFileError, load_task, read_rows
-from electra_tf.training.optimization import AdamWeightDecay
+from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
 TINY_ENCODER = dict(vocab_size=30, hidden_size=8, num_hidden_layers=3, num_attention_heads=2,

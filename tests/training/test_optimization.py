@@ -1,4 +1,4 @@
-"""Tests for electra_tf.training.optimization (official parity items 30-32)."""
+"""Tests for electra_tf.training.optimization and .optimizers (official parity items 30-32)."""
 
 import contextlib
 import json
@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.training import optimization as opt_lib
+from electra_tf.training import optimizers
 
 # The official constants as the float32 values TensorFlow computes with (1 - float32(0.999)
 # differs from 0.001 by 1.3e-5 relative), so the float64 references below can be tight.
@@ -137,7 +138,7 @@ def test_adamw_two_steps_match_numpy_without_bias_correction():
     variables = {k: make_var(PATHS[k], p) for k, p in params.items()}
     keys = list(PATHS)
     schedule = opt_lib.WarmupPolynomialDecay(1e-2, num_train_steps=100, num_warmup_steps=10)
-    optimizer = opt_lib.AdamWeightDecay(schedule)
+    optimizer = optimizers.AdamWeightDecay(schedule)
     m = {k: np.zeros_like(p) for k, p in params.items()}
     v = {k: np.zeros_like(p) for k, p in params.items()}
     decayed = {"ln": False, "bias": False, "kernel": True, "emb": True}
@@ -188,7 +189,7 @@ def test_adamw_step_at_official_step_5000():
 
 
 def test_weight_decay_exclusion_patterns():
-    optimizer = opt_lib.AdamWeightDecay(1e-3)
+    optimizer = optimizers.AdamWeightDecay(1e-3)
     decayed = {
         "electra/embeddings/word_embeddings": True,
         "electra/embeddings/position_embeddings": True,
@@ -205,12 +206,12 @@ def test_weight_decay_exclusion_patterns():
     raw = tf.Variable([1.0], name="dense/bias")  # raw tf.Variable: matched by name
     assert not optimizer.use_weight_decay(raw)
 
-    custom = opt_lib.AdamWeightDecay(1e-3, exclude_from_weight_decay=["^head/"])
+    custom = optimizers.AdamWeightDecay(1e-3, exclude_from_weight_decay=["^head/"])
     assert not custom.use_weight_decay(make_var("head/kernel", [1.0]))
     assert custom.use_weight_decay(make_var("body/bias", [1.0]))
-    everything = opt_lib.AdamWeightDecay(1e-3, exclude_from_weight_decay=None)
+    everything = optimizers.AdamWeightDecay(1e-3, exclude_from_weight_decay=None)
     assert everything.use_weight_decay(make_var("x/LayerNorm/gamma", [1.0]))
-    assert not opt_lib.AdamWeightDecay(1e-3, weight_decay_rate=0.0).use_weight_decay(
+    assert not optimizers.AdamWeightDecay(1e-3, weight_decay_rate=0.0).use_weight_decay(
         make_var("y/kernel", [1.0]))
 
 
@@ -218,7 +219,7 @@ def test_weight_decay_applied_only_to_non_excluded_variables():
     # Zero gradient: m = v = 0, so the Adam part is 0 and only the decay moves the weights.
     kernel = make_var("net/dense/kernel", [2.0, -4.0])
     bias = make_var("net/dense/bias", [2.0, -4.0])
-    optimizer = opt_lib.AdamWeightDecay(0.5)
+    optimizer = optimizers.AdamWeightDecay(0.5)
     optimizer.apply([tf.zeros(2), tf.zeros(2)], [kernel, bias])
     np.testing.assert_allclose(kernel.numpy(), [2.0 - 0.5 * WD * 2.0, -4.0 + 0.5 * WD * 4.0])
     np.testing.assert_array_equal(bias.numpy(), [2.0, -4.0])
@@ -234,8 +235,8 @@ def test_lr_multipliers(multipliers):
     g = tf.constant([0.5, 0.25])
     plain = [make_var(p, start) for p in paths]
     scaled = [make_var(p, start) for p in paths]
-    opt_lib.AdamWeightDecay(0.1).apply([g] * 3, plain)
-    opt = opt_lib.AdamWeightDecay(0.1, lr_multipliers=multipliers)
+    optimizers.AdamWeightDecay(0.1).apply([g] * 3, plain)
+    opt = optimizers.AdamWeightDecay(0.1, lr_multipliers=multipliers)
     opt.apply([g] * 3, scaled)
     assert [opt.lr_multiplier(v) for v in scaled] == [0.25, 0.5, 1.0]
     for p, s, mult in zip(plain, scaled, (0.25, 0.5, 1.0)):
@@ -245,10 +246,10 @@ def test_lr_multipliers(multipliers):
 def test_optimizer_config_round_trip():
     schedule = opt_lib.WarmupPolynomialDecay(1e-3, 100, num_warmup_steps=5)
     for optimizer in (
-        opt_lib.AdamWeightDecay(schedule, weight_decay_rate=0.02, epsilon=1e-7,
+        optimizers.AdamWeightDecay(schedule, weight_decay_rate=0.02, epsilon=1e-7,
                                 exclude_from_weight_decay=["bias"], lr_multipliers={"a/": 0.5},
                                 name="adamw"),
-        opt_lib.Lamb(schedule, exclude_from_layer_adaptation=[], name="lamb"),
+        optimizers.Lamb(schedule, exclude_from_layer_adaptation=[], name="lamb"),
     ):
         config = optimizer.get_config()
         restored = type(optimizer).from_config(config)
@@ -258,19 +259,19 @@ def test_optimizer_config_round_trip():
         assert again.get_config() == config
         json.dumps(config)  # JSON-clean
     with pytest.raises(ValueError, match="callable lr_multipliers"):
-        opt_lib.AdamWeightDecay(1e-3, lr_multipliers=lambda p: 1.0).get_config()
+        optimizers.AdamWeightDecay(1e-3, lr_multipliers=lambda p: 1.0).get_config()
     with pytest.raises(ValueError, match="weight_decay_rate"):
-        opt_lib.AdamWeightDecay(1e-3, weight_decay=0.1)
+        optimizers.AdamWeightDecay(1e-3, weight_decay=0.1)
 
 
 def test_optimizer_state_checkpoint_round_trip(tmp_path):
     kernel = make_var("cp/dense/kernel", [1.0, 2.0])
-    optimizer = opt_lib.AdamWeightDecay(0.1)
+    optimizer = optimizers.AdamWeightDecay(0.1)
     optimizer.apply([tf.constant([0.5, -0.5])], [kernel])
     path = tf.train.Checkpoint(optimizer=optimizer, kernel=kernel.value).save(str(tmp_path / "c"))
     names = [name for name, _ in tf.train.list_variables(path)]
     assert any("iteration" in n for n in names)
-    other = opt_lib.AdamWeightDecay(0.1)
+    other = optimizers.AdamWeightDecay(0.1)
     other.build([kernel])
     tf.train.Checkpoint(optimizer=other, kernel=kernel.value).restore(path).assert_consumed()
     assert int(other.iterations) == 1
@@ -288,7 +289,7 @@ def test_lamb_two_steps_match_numpy():
              "z": np.zeros(2)}
     paths = {"w": "lamb/dense/kernel", "b": "lamb/dense/bias", "z": "lamb/zero/kernel"}
     variables = {k: make_var(paths[k], start[k]) for k in start}
-    optimizer = opt_lib.Lamb(0.05)
+    optimizer = optimizers.Lamb(0.05)
     params = {k: p.copy() for k, p in start.items()}
     m = {k: np.zeros_like(p) for k, p in params.items()}
     v = {k: np.zeros_like(p) for k, p in params.items()}
@@ -311,7 +312,7 @@ def test_lamb_two_steps_match_numpy():
                                        err_msg=f"{k} at t={t}")
     assert optimizer.use_layer_adaptation(variables["w"])
     assert not optimizer.use_layer_adaptation(variables["b"])
-    assert opt_lib.Lamb(0.1, exclude_from_layer_adaptation=[]).use_layer_adaptation(
+    assert optimizers.Lamb(0.1, exclude_from_layer_adaptation=[]).use_layer_adaptation(
         variables["b"])
 
 
@@ -415,11 +416,11 @@ def train(strategy, variant="adamw"):
         model.set_weights(init_weights(model))
         schedule = opt_lib.WarmupPolynomialDecay(0.05, num_train_steps=10)
         if variant == "naive_keras_clipping":
-            optimizer = opt_lib.AdamWeightDecay(schedule, global_clipnorm=1.0)
+            optimizer = optimizers.AdamWeightDecay(schedule, global_clipnorm=1.0)
         elif variant == "lamb":
-            optimizer = opt_lib.Lamb(schedule)
+            optimizer = optimizers.Lamb(schedule)
         else:
-            optimizer = opt_lib.AdamWeightDecay(schedule)
+            optimizer = optimizers.AdamWeightDecay(schedule)
         inner = optimizer
         if variant == "loss_scale":
             optimizer = keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.0 ** 8)
@@ -513,12 +514,12 @@ def test_apply_gradients_with_loss_scale_optimizer():
     start = np.array([1.0, -2.0, 3.0])
     g = np.array([3.0, 0.5, -4.0])  # norm > 1: clipping active
     plain_var = make_var("ls/plain/kernel", start)
-    plain = opt_lib.AdamWeightDecay(0.1)
+    plain = optimizers.AdamWeightDecay(0.1)
     norm = opt_lib.apply_gradients(plain, [tf.constant(g, tf.float32)], [plain_var])
     assert float(norm) == pytest.approx(np.linalg.norm(g), rel=1e-6)
 
     scaled_var = make_var("ls/scaled/kernel", start)
-    lso = keras.optimizers.LossScaleOptimizer(opt_lib.AdamWeightDecay(0.1), initial_scale=2.0 ** 10)
+    lso = keras.optimizers.LossScaleOptimizer(optimizers.AdamWeightDecay(0.1), initial_scale=2.0 ** 10)
     norm = opt_lib.apply_gradients(lso, [tf.constant(g * 2 ** 10, tf.float32)], [scaled_var])
     assert float(norm) == pytest.approx(np.linalg.norm(g), rel=1e-6)
     np.testing.assert_array_equal(scaled_var.numpy(), plain_var.numpy())
@@ -534,9 +535,9 @@ def test_apply_gradients_with_loss_scale_optimizer():
 def test_apply_gradients_errors():
     var = make_var("err/kernel", [1.0])
     with pytest.raises(ValueError, match="1 gradients for 2 variables"):
-        opt_lib.apply_gradients(opt_lib.AdamWeightDecay(0.1), [tf.ones(1)], [var, var])
+        opt_lib.apply_gradients(optimizers.AdamWeightDecay(0.1), [tf.ones(1)], [var, var])
     with pytest.raises(ValueError, match="every gradient is None"):
-        opt_lib.apply_gradients(opt_lib.AdamWeightDecay(0.1), [None], [var])
+        opt_lib.apply_gradients(optimizers.AdamWeightDecay(0.1), [None], [var])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -547,7 +548,7 @@ def test_create_optimizer_from_config():
         "learning_rate": 2e-4, "lr_decay_power": 0.5, "weight_decay_rate": 0.02,
         "num_warmup_steps": 3, "num_train_steps": 30})
     optimizer, schedule = opt_lib.create_optimizer(config)
-    assert isinstance(optimizer, opt_lib.AdamWeightDecay)
+    assert isinstance(optimizer, optimizers.AdamWeightDecay)
     assert schedule.get_config() == {"learning_rate": 2e-4, "num_train_steps": 30,
                                      "num_warmup_steps": 3, "warmup_proportion": 0.0,
                                      "lr_decay_power": 0.5}
@@ -556,6 +557,6 @@ def test_create_optimizer_from_config():
     assert optimizer.exclude_from_weight_decay == ["LayerNorm", "layer_norm", "bias"]
     assert float(optimizer.learning_rate) == 0.0  # lr(0) = 0
     lamb, _ = opt_lib.create_optimizer(config, "lamb")
-    assert isinstance(lamb, opt_lib.Lamb)
+    assert isinstance(lamb, optimizers.Lamb)
     with pytest.raises(ValueError, match="optimizer_name must be one of adamw, lamb"):
         opt_lib.create_optimizer(config, "sgd")

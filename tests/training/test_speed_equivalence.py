@@ -22,7 +22,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import encoder
 from electra_tf.pretraining import losses
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import optimization
+from electra_tf.training import optimization, optimizers
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
@@ -47,7 +47,7 @@ def _unoptimised(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(encoder, "FUSED_BLOCK", False)
         m.setattr(losses, "_softmax_cross_entropy", _reference_cross_entropy)
-        m.setattr(optimization, "_fusable_handles", lambda *args: None)
+        m.setattr(optimizers, "_fusable_handles", lambda *args: None)
         yield
 
 
