@@ -122,34 +122,40 @@ class ElectraPretrainer(keras.Model):
         self._special = SpecialTokens(**self.special_tokens)
 
         # === Layers ===
+        self._build_encoders(needs_generator)
+        self._build_heads()
+
+    def _build_encoders(self, needs_generator: bool) -> None:
         # The discriminator (or, MLM-only, the one masked-LM encoder) owns the embedding block.
-        if discriminator_encoder is not None:
-            self.discriminator = discriminator_encoder
+        if self.discriminator_encoder is not None:
+            self.discriminator = self.discriminator_encoder
         else:
             self.discriminator = ElectraEncoder.from_model_config(
                 ModelConfig(**self.discriminator_config), name=DISCRIMINATOR_NAME)
         self.generator = None
-        if needs_generator and generator_encoder is not None:
-            self.generator = generator_encoder
+        if self.generator_encoder is not None:
+            self.generator = self.generator_encoder
         elif needs_generator:
             # Official default: the generator reads the discriminator's embedding block (the same
             # variables); untied_generator_embeddings gives it its own block at its own width.
-            shared = None if untied_generator_embeddings else self.discriminator.embeddings
+            shared = None if self.untied_generator_embeddings else self.discriminator.embeddings
             self.generator = ElectraEncoder.from_model_config(
                 ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME)
+
+    def _build_heads(self) -> None:
         head_defaults = ModelConfig(**self.discriminator_config) if self.discriminator_config else None
         hidden_act = head_defaults.hidden_act if head_defaults else "gelu"
         initializer_range = head_defaults.initializer_range if head_defaults else 0.02
         table = word_embedding_table(self.discriminator)
         self.vocab_size = int(table.shape[0])
         self.generator_head = None
-        if not uniform_generator:
+        if not self.uniform_generator:
             mlm_table = word_embedding_table(self.mlm_encoder)
             self.generator_head = GeneratorHead(
                 embedding_size=int(mlm_table.shape[1]), vocab_size=self.vocab_size,
                 hidden_act=hidden_act, initializer_range=initializer_range, name=GENERATOR_HEAD_NAME)
         self.discriminator_head = None
-        if electra_objective:
+        if self.electra_objective:
             self.discriminator_head = DiscriminatorHead(
                 hidden_size=encoder_width(self.discriminator), hidden_act=hidden_act,
                 initializer_range=initializer_range, name=DISCRIMINATOR_HEAD_NAME)
