@@ -31,7 +31,6 @@ from typing import List, NamedTuple, Optional
 
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.data.tfrecord_io import MANIFEST_NAME  # the dataset's, beside its shards
 from electra_tf.errors import TrainingError, error_line
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
@@ -200,6 +199,8 @@ def tokenization_settings(config: PretrainingConfig,
         config: the run's PretrainingConfig.
         model_dir: where the run is now, if not `config.model_dir` (a moved or copied run).
     """
+    from electra_tf.data.tfrecord_io import MANIFEST_NAME  # beside the shards (numpy: imported late)
+
     candidates = [os.path.join(model_dir or config.model_dir, DATASET_MANIFEST_COPY)]
     if config.pretrain_tfrecords:
         first_pattern = config.pretrain_tfrecords.split(",")[0].strip()
