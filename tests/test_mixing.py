@@ -1,0 +1,140 @@
+"""Training batches mix like a uniform random draw, whatever the shard count (issue 12).
+
+A corpus of five sources (files of very different sizes) whose every example names its document:
+document d is made of the word `w{d}` only, and documents are numbered in corpus order, so an
+example's first token gives its source and its corpus position. The corpus (~20k examples) is
+much larger than the reader's shuffle buffer (1,000), so batches that follow the corpus order (as
+before the builder's global shuffle) fail every check here. It is built into 1, 4 and 100 shards
+and read by the training pipeline; two epochs of batches must match a random draw:
+
+* source composition: the Pearson chi-square of each batch's source counts against the global
+  source shares, summed over batches, is a chi-square with batches * (sources - 1) degrees of
+  freedom for random draws (two-sided p-value above 0.001), and the mean total-variation
+  distance of a batch from the global shares is within 12% of a simulated random draw's;
+* corpus-position spread: the mean within-batch standard deviation of corpus positions is within
+  10% of a random permutation's (batches that follow the corpus order have a small fraction).
+With one shard the stored order alone (read without any shuffle) must pass too.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from electra_tf.data import pipeline
+from electra_tf.data.builder import BuildConfig, build_dataset
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+DOCS_PER_SOURCE = [4000, 2400, 1600, 1200, 800]  # unequal shares
+NUM_DOCS = sum(DOCS_PER_SOURCE)
+MAX_SEQ_LENGTH = 32
+BATCH = 32
+FIRST_WORD_ID = len(SPECIALS)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mixing")
+    (root / "vocab.txt").write_text("\n".join(SPECIALS + [f"w{i}" for i in range(NUM_DOCS)]) + "\n")
+    corpus_dir = root / "corpus"
+    corpus_dir.mkdir()
+    rng = np.random.default_rng(0)
+    doc = 0
+    for source, num_docs in enumerate(DOCS_PER_SOURCE):
+        docs = []
+        for _ in range(num_docs):
+            lines = [" ".join([f"w{doc}"] * int(rng.integers(8, 25)))
+                     for _ in range(int(rng.integers(1, 4)))]
+            docs.append("\n".join(lines))
+            doc += 1
+        (corpus_dir / f"source{source}.txt").write_text("\n\n".join(docs) + "\n")
+    bounds = np.cumsum(DOCS_PER_SOURCE)
+    return {"root": root, "corpus": str(corpus_dir), "vocab": str(root / "vocab.txt"),
+            "source_of_doc": np.searchsorted(bounds, np.arange(NUM_DOCS), side="right")}
+
+
+def _build(corpus, num_shards):
+    out = str(corpus["root"] / f"out_{num_shards}")
+    if not os.path.exists(out):
+        build_dataset(BuildConfig(corpus_dir=corpus["corpus"], vocab_file=corpus["vocab"],
+                                  output_dir=out, max_seq_length=MAX_SEQ_LENGTH, eval_fraction=0.0,
+                                  num_out_files=num_shards, seed=1, progress_interval=1e9))
+    return out
+
+
+def _batches_of_docs(out, is_training, num_batches):
+    """[num_batches, BATCH] document ids of the pipeline's batches."""
+    dataset = pipeline.make_dataset(os.path.join(out, "pretrain_data.tfrecord*"),
+                                    batch_size=BATCH, max_seq_length=MAX_SEQ_LENGTH,
+                                    is_training=is_training, seed=5, repeat=True)
+    docs = [batch["input_ids"][:, 1].numpy() - FIRST_WORD_ID
+            for batch in dataset.take(num_batches)]
+    return np.stack(docs)
+
+
+def _total_variation(counts, shares):
+    return 0.5 * np.abs(counts / counts.sum(axis=-1, keepdims=True) - shares).sum(axis=-1)
+
+
+def mixing_statistics(batches, source_of_doc, rng):
+    """Observed statistics of [B, k] document-id batches, and the same for random draws."""
+    num_sources = int(source_of_doc.max()) + 1
+    population = batches.reshape(-1)
+    sources = source_of_doc[batches]
+    counts = np.stack([(sources == s).sum(axis=1) for s in range(num_sources)], axis=1)
+    shares = np.bincount(source_of_doc[population], minlength=num_sources) / population.size
+    expected = batches.shape[1] * shares
+    chi2 = float((((counts - expected) ** 2) / expected).sum())
+    dof = batches.shape[0] * (num_sources - 1)
+    # P(X >= chi2) for X ~ chi-square(dof): the regularised upper incomplete gamma function.
+    p_upper = float(tf.math.igammac(dof / 2.0, chi2 / 2.0))
+    random_batches = np.stack([rng.choice(population, batches.shape[1], replace=False)
+                               for _ in range(2000)])
+    random_sources = source_of_doc[random_batches]
+    random_counts = np.stack([(random_sources == s).sum(axis=1) for s in range(num_sources)],
+                             axis=1)
+    return {
+        "p_value": min(p_upper, 1 - p_upper) * 2,  # two-sided
+        "tv_ratio": _total_variation(counts, shares).mean()
+        / _total_variation(random_counts, shares).mean(),
+        "spread_ratio": batches.std(axis=1).mean() / random_batches.std(axis=1).mean(),
+    }
+
+
+def _check(stats):
+    assert stats["p_value"] > 1e-3, stats
+    assert abs(stats["tv_ratio"] - 1) < 0.12, stats
+    assert abs(stats["spread_ratio"] - 1) < 0.10, stats
+
+
+@pytest.mark.parametrize("num_shards", [1, 4, 100])
+def test_training_batches_mix_like_a_random_draw(corpus, num_shards):
+    out = _build(corpus, num_shards)
+    epoch = sum(1 for _ in tf.data.TFRecordDataset(
+        tf.io.gfile.glob(os.path.join(out, "pretrain_data.tfrecord*")))) // BATCH
+    assert epoch > 300  # ~12k examples: far more than the reader's shuffle buffer (1,000)
+    batches = _batches_of_docs(out, is_training=True, num_batches=2 * epoch)
+    _check(mixing_statistics(batches, corpus["source_of_doc"], np.random.default_rng(0)))
+
+
+def test_the_stored_order_alone_mixes_with_one_shard(corpus):
+    # No file or record shuffle (the eval path): the builder's order must already be random.
+    out = _build(corpus, 1)
+    batches = _batches_of_docs(out, is_training=False, num_batches=400)
+    _check(mixing_statistics(batches, corpus["source_of_doc"], np.random.default_rng(0)))
+
+
+def test_the_checks_fail_for_batches_in_corpus_order(corpus):
+    # The same statistics on the corpus order read through a 1,000-example shuffle buffer (what
+    # the pipeline did with unshuffled shards): every check must fail, or the test is blind.
+    rng = np.random.default_rng(0)
+    order = np.arange(NUM_DOCS).repeat(2)
+    buffer, stream = list(order[:1000]), []
+    for doc in order[1000:]:
+        i = int(rng.integers(len(buffer)))
+        stream.append(buffer[i])
+        buffer[i] = doc
+    batches = np.array(stream[:len(stream) // BATCH * BATCH]).reshape(-1, BATCH)
+    stats = mixing_statistics(batches, corpus["source_of_doc"], rng)
+    assert stats["p_value"] < 1e-6 and stats["tv_ratio"] > 1.5 and stats["spread_ratio"] < 0.3
