@@ -34,6 +34,7 @@ from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple, 
 
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
+_READ_PIECE_BYTES = 1 << 16  # a chunk is read in pieces of this size (see `_read_chunks`)
 _SPLIT_AT_SPACE_WINDOW = 4096  # look this far back from the cut for a space to split at
 _BOM = codecs.BOM_UTF8
 _ERROR_HANDLER = "electra_tf.count_replace"
@@ -257,12 +258,13 @@ def _iter_lines(source: BinaryIO, stats: ReadStats, decoded: "_LineDecoder", chu
                 max_line_bytes: int) -> Iterator[List[str]]:
     pending = b""  # the unfinished last line of the previous chunk
     pending_split = False  # pending continues a line already counted in lines_split
-    chunk = source.read(chunk_bytes)
-    if chunk.startswith(_BOM):
-        stats.bom_files += 1
-        stats.bytes_read += len(_BOM)
-        chunk = chunk[len(_BOM):]
-    while chunk:
+    first = True
+    for chunk in _read_chunks(source, chunk_bytes):
+        if first and chunk.startswith(_BOM):
+            stats.bom_files += 1
+            stats.bytes_read += len(_BOM)
+            chunk = chunk[len(_BOM):]
+        first = False
         stats.bytes_read += len(chunk)
         stats.nul_bytes += chunk.count(b"\x00")
         # A CRLF can straddle chunks: the \r ends `pending` and the \n starts `chunk`.
@@ -291,9 +293,33 @@ def _iter_lines(source: BinaryIO, stats: ReadStats, decoded: "_LineDecoder", chu
             pending = pending[head:]
         if pieces:
             yield decoded(pieces)
-        chunk = source.read(chunk_bytes)
     if pending:
         yield decoded([pending])
+
+
+def _read_chunks(source: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """Chunks of about `chunk_bytes`, read in small pieces (`read1`) so that a read error (e.g.
+    a truncated compressed stream) is raised only after the data before it was handed on."""
+    read = getattr(source, "read1", None) or source.read
+    piece = min(chunk_bytes, _READ_PIECE_BYTES)
+    parts: List[bytes] = []
+    size = 0
+    while True:
+        try:
+            data = read(piece)
+        except Exception:
+            if parts:
+                yield b"".join(parts)
+            raise
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+        if size >= chunk_bytes:
+            yield b"".join(parts)
+            parts, size = [], 0
+    if parts:
+        yield b"".join(parts)
 
 
 class _LineDecoder:
