@@ -13,6 +13,8 @@ and read by the training pipeline; two epochs of batches must match a random dra
   distance of a batch from the global shares is within 12% of a simulated random draw's;
 * corpus-position spread: the mean within-batch standard deviation of corpus positions is within
   10% of a random permutation's (batches that follow the corpus order have a small fraction).
+(`electra_tf.data.mixing.mixing_statistics`; the last test shows the checks fail on batches in
+corpus order, so they are not blind.)
 With one shard the stored order alone (read without any shuffle) must pass too.
 """
 
@@ -22,7 +24,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import pipeline
+from electra_tf.data import mixing, pipeline
 from electra_tf.data.builder import BuildConfig, build_dataset
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -73,33 +75,8 @@ def _batches_of_docs(out, is_training, num_batches):
     return np.stack(docs)
 
 
-def _total_variation(counts, shares):
-    return 0.5 * np.abs(counts / counts.sum(axis=-1, keepdims=True) - shares).sum(axis=-1)
-
-
-def mixing_statistics(batches, source_of_doc, rng):
-    """Observed statistics of [B, k] document-id batches, and the same for random draws."""
-    num_sources = int(source_of_doc.max()) + 1
-    population = batches.reshape(-1)
-    sources = source_of_doc[batches]
-    counts = np.stack([(sources == s).sum(axis=1) for s in range(num_sources)], axis=1)
-    shares = np.bincount(source_of_doc[population], minlength=num_sources) / population.size
-    expected = batches.shape[1] * shares
-    chi2 = float((((counts - expected) ** 2) / expected).sum())
-    dof = batches.shape[0] * (num_sources - 1)
-    # P(X >= chi2) for X ~ chi-square(dof): the regularised upper incomplete gamma function.
-    p_upper = float(tf.math.igammac(dof / 2.0, chi2 / 2.0))
-    random_batches = np.stack([rng.choice(population, batches.shape[1], replace=False)
-                               for _ in range(2000)])
-    random_sources = source_of_doc[random_batches]
-    random_counts = np.stack([(random_sources == s).sum(axis=1) for s in range(num_sources)],
-                             axis=1)
-    return {
-        "p_value": min(p_upper, 1 - p_upper) * 2,  # two-sided
-        "tv_ratio": _total_variation(counts, shares).mean()
-        / _total_variation(random_counts, shares).mean(),
-        "spread_ratio": batches.std(axis=1).mean() / random_batches.std(axis=1).mean(),
-    }
+def mixing_statistics(doc_batches, source_of_doc, rng):
+    return mixing.mixing_statistics(source_of_doc[doc_batches], doc_batches, rng)
 
 
 def _check(stats):

@@ -145,10 +145,11 @@ class BuildWorker:
         seen_bytes, seen_tokens = read.bytes_read, stats.tokenized_tokens
         for batch in batches:
             self._check_input(read, corpus_file)
+            report(bytes=read.bytes_read - seen_bytes, documents=batch.count(""))
+            seen_bytes = read.bytes_read
             yield batch
-            report(bytes=read.bytes_read - seen_bytes, documents=batch.count(""),
-                   tokens=stats.tokenized_tokens - seen_tokens)
-            seen_bytes, seen_tokens = read.bytes_read, stats.tokenized_tokens
+            report(tokens=stats.tokenized_tokens - seen_tokens)
+            seen_tokens = stats.tokenized_tokens
         self._check_input(read, corpus_file)
         report(tokens=stats.tokenized_tokens - seen_tokens)
 
