@@ -13,10 +13,11 @@ input pipeline itself (`pipeline.make_dataset`):
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import os
 import re
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -29,6 +30,7 @@ logger = logging.getLogger(__name__)
 PARTIAL_PREFIX = ".partial-"
 # Records per read in `verify_records` (a vectorised parse; the size only sets memory use).
 VERIFY_BATCH = 1024
+SCAN_THREADS = os.cpu_count() or 1  # files scanned at once by `plan_good_records`
 
 
 class DataError(ValueError):
@@ -156,6 +158,16 @@ def verify_records(paths: List[str], *, max_seq_length: int,
     return total
 
 
+def scan_files(paths: List[str], max_seq_length: int) -> Iterator[FileScan]:
+    """`scan_file` of every path, in order, `SCAN_THREADS` files at a time (TensorFlow's
+    readers and parsers release the GIL, so a many-shard dataset is scanned on every core)."""
+    if len(paths) <= 1 or SCAN_THREADS <= 1:
+        yield from (scan_file(path, max_seq_length) for path in paths)
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(SCAN_THREADS, len(paths))) as pool:
+        yield from pool.map(lambda path: scan_file(path, max_seq_length), paths)
+
+
 def plan_good_records(paths: List[str], *, max_seq_length: int,
                       expected_counts: Optional[dict] = None) -> dict:
     """Scans every file and plans to read only its good records (`skip_bad_records`).
@@ -174,8 +186,8 @@ def plan_good_records(paths: List[str], *, max_seq_length: int,
     """
     files, problems = {}, []
     skipped = good = 0
-    for path in paths:
-        scan = scan_file(path, max_seq_length)
+    for scan in scan_files(paths, max_seq_length):
+        path = scan.path
         expected = (expected_counts or {}).get(os.path.abspath(path))
         short = expected is not None and scan.readable != expected
         # A read that stopped early loses at least one record, however many the manifest lists.
