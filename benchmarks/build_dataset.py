@@ -48,6 +48,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from electra_tf.data.corpus import ReadStats, iter_line_batches, list_corpus_files  # noqa: E402
+from electra_tf.data.formats import (InputSettings, iter_document_lines,  # noqa: E402
+                                     iter_documents)
 
 SOURCES = ("austen", "foldoc", "lee", "wiki")  # the default corpus' file prefixes
 _BUILD_DRIVER = """
@@ -66,23 +68,15 @@ print(json.dumps({{"seconds": seconds, "manifest": manifest,
 # ------------------------------------------------------------------------------------------------
 # Corpora
 # ------------------------------------------------------------------------------------------------
-def read_documents(path):
+def read_documents(corpus_file):
     """A default-corpus file as a list of documents (each a list of lines)."""
-    docs, current = [], []
-    for batch in iter_line_batches(path, ReadStats()):
-        for line in batch:
-            if line:
-                current.append(line)
-            elif current:
-                docs.append(current)
-                current = []
-    return docs + ([current] if current else [])
+    return list(iter_documents(iter_document_lines(corpus_file, InputSettings(), ReadStats())))
 
 
 def make_scaled_corpus(base_dir, target, copies):
     """K copies of every base file, each copy's documents in their own seeded order."""
     os.makedirs(target)
-    base = [(f.relpath, read_documents(f.path)) for f in list_corpus_files(base_dir)]
+    base = [(f.relpath, read_documents(f)) for f in list_corpus_files(base_dir)]
     for copy in range(copies):
         directory = os.path.join(target, f"copy{copy:03d}")
         os.makedirs(directory)
@@ -99,7 +93,7 @@ def make_scaled_corpus(base_dir, target, copies):
 def make_tiny_corpus(base_dir, target):
     os.makedirs(target)
     first = list_corpus_files(base_dir)[0]
-    docs = read_documents(first.path)[:3]
+    docs = read_documents(first)[:3]
     with open(os.path.join(target, "tiny.txt"), "w", encoding="utf-8") as out:
         out.write("\n\n".join("\n".join(d) for d in docs) + "\n")
     return target

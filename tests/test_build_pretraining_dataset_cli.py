@@ -184,3 +184,22 @@ def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypat
                         "pretrain_data/vocab.txt", "--output-dir", "other",
                         "--max-seq-length", "16"]) == 0
     assert calls == []
+
+
+def test_jsonl_input_counts_a_bad_line_or_stops_at_it(inputs):
+    import gzip
+
+    corpus = inputs["tmp"] / "jsonl"
+    corpus.mkdir()
+    rows = [json.dumps({"text": "hello world.\nhello again."}), '{"body": "no text"}',
+            json.dumps({"text": "world hello."})]
+    (corpus / "dump.jsonl.gz").write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    args = base_args(inputs, **{"--corpus-dir": str(corpus), "--max-seq-length": "16"})
+    result = run_cli(*args, "--input-format", "jsonl")
+    assert result.returncode == 0, result.stderr
+    assert "1 input problem(s)" in result.stderr and "dump.jsonl.gz: missing_text_field at line 2" \
+        in result.stderr
+    manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
+    assert manifest["input_format"] == "jsonl" and manifest["counts"]["documents"] == 2
+    result = run_cli(*args, "--input-format", "jsonl", "--bad-input", "error", "--overwrite")
+    assert_one_line_error(result, "dump.jsonl.gz", "line 2", "no field 'text'")

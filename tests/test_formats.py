@@ -48,14 +48,7 @@ def read(path, root, **settings):
 
 def documents(lines):
     """Split reader output at "" markers into documents (lists of lines)."""
-    docs, current = [], []
-    for line in lines:
-        if line:
-            current.append(line)
-        elif current:
-            docs.append(current)
-            current = []
-    return docs + ([current] if current else [])
+    return list(formats.iter_documents([lines]))
 
 
 def only_problem(stats):

@@ -41,7 +41,7 @@ import json
 import lzma
 import tarfile
 import zlib
-from typing import BinaryIO, Iterator, List
+from typing import BinaryIO, Iterable, Iterator, List
 
 from electra_tf.data.corpus import (_BOM, PROBLEM_BAD_MEMBER, PROBLEM_DAMAGED_STREAM,
                                     PROBLEM_INVALID_JSON, PROBLEM_INVALID_UTF8, PROBLEM_LONG_LINE,
@@ -134,6 +134,20 @@ def iter_document_lines(corpus_file: CorpusFile, settings: InputSettings,
         raise ValueError(f"unknown input format {settings.input_format!r}; "
                          f"expected one of {', '.join(INPUT_FORMATS)}")
     yield from readers[settings.input_format](corpus_file, settings, stats)
+
+
+def iter_documents(line_batches: Iterable[List[str]]) -> Iterator[List[str]]:
+    """Groups reader output (line batches, "" ending a document) into documents (lists of lines)."""
+    current: List[str] = []
+    for lines in line_batches:
+        for line in lines:
+            if line:
+                current.append(line)
+            elif current:
+                yield current
+                current = []
+    if current:
+        yield current
 
 
 def _damaged(stats: ReadStats, corpus_file: CorpusFile, where: str, error: BaseException) -> None:
