@@ -98,9 +98,9 @@ def main(argv=None):
     args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    for name in (b.__name__, "electra_tf.data.fetch"):
-        logging.getLogger(name).addHandler(handler)
-        logging.getLogger(name).setLevel(logging.INFO)
+    data_logger = logging.getLogger("electra_tf.data")  # the builder's modules and the fetch
+    data_logger.addHandler(handler)
+    data_logger.setLevel(logging.INFO)
     config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **vars(args))
     try:
         b.resolve_config(config)  # bad flags fail before any download

@@ -394,7 +394,7 @@ def test_output_inside_corpus_is_rejected(tmp_path, vocab_file):
 
 def test_progress_and_summary_are_logged(tmp_path, vocab_file, caplog):
     write_corpus(tmp_path / "corpus", [20, 20])
-    with caplog.at_level(logging.INFO, logger=builder_lib.__name__):
+    with caplog.at_level(logging.INFO, logger="electra_tf.data"):
         build(tmp_path, vocab_file, tmp_path / "corpus", progress_interval=0.0)
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("progress: files") and "tokens/s" in m for m in messages)

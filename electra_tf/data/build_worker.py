@@ -155,7 +155,7 @@ class BuildWorker:
 
     def _check_input(self, read: ReadStats, corpus_file: CorpusFile) -> None:
         if self.spec.strict_input and read.problems:
-            first = min(read.problems.values(), key=lambda e: e["problem"])
+            first = next(iter(read.problems.values()))  # checked after every batch: the first
             raise BuildError(f"bad input in {corpus_file.path}: {format_problem(first)} "
                              f"(--bad-input skip counts such problems instead)")
 

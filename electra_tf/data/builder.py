@@ -263,7 +263,7 @@ def make_plan(config: BuildConfig, files: Sequence[CorpusFile]) -> Plan:
     text_bytes = sum(estimated_text_bytes(f) for f in files)
     num_out = config.num_out_files or default_num_out_files(text_bytes)
     num_eval = num_eval_files(num_out, config.eval_fraction)
-    tasks = pack_tasks([f for f in files if f.size > 0], config.num_processes)
+    tasks = pack_tasks(files, config.num_processes)
     memory = config.shuffle_memory_mb << 20
     record_bytes = text_bytes * RECORD_BYTES_PER_TEXT_BYTE
     layouts = {"train": BucketLayout.plan(num_out, record_bytes * (1 - config.eval_fraction),

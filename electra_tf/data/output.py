@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 
-logger = logging.getLogger("electra_tf.data.builder")
+logger = logging.getLogger(__name__)
 
 TMP_PREFIX = ".partial-"  # hidden: never matched by the trainer's `pretrain_data.tfrecord*` glob
 INPUTS_NAME = "inputs.jsonl"  # one line per input file: sizes, documents, examples, problems

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-logger = logging.getLogger("electra_tf.data.builder")
+logger = logging.getLogger(__name__)
 
 REPORT_SECONDS = 0.5  # how often a worker sends progress
 
