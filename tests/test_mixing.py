@@ -65,11 +65,12 @@ def _build(corpus, num_shards):
     return out
 
 
-def _batches_of_docs(out, is_training, num_batches):
+def _batches_of_docs(out, is_training, num_batches, input_context=None):
     """[num_batches, BATCH] document ids of the pipeline's batches."""
     dataset = pipeline.make_dataset(os.path.join(out, "pretrain_data.tfrecord*"),
                                     batch_size=BATCH, max_seq_length=MAX_SEQ_LENGTH,
-                                    is_training=is_training, seed=5, repeat=True)
+                                    is_training=is_training, seed=5, repeat=True,
+                                    input_context=input_context)
     docs = [batch["input_ids"][:, 1].numpy() - FIRST_WORD_ID
             for batch in dataset.take(num_batches)]
     return np.stack(docs)
@@ -93,6 +94,20 @@ def test_training_batches_mix_like_a_random_draw(corpus, num_shards):
     assert epoch > 300  # ~12k examples: far more than the reader's shuffle buffer (1,000)
     batches = _batches_of_docs(out, is_training=True, num_batches=2 * epoch)
     _check(mixing_statistics(batches, corpus["source_of_doc"], np.random.default_rng(0)))
+
+
+@pytest.mark.parametrize("num_shards", [1, 100], ids=["record_sharding", "file_sharding"])
+def test_each_workers_batches_mix_like_a_random_draw(corpus, num_shards):
+    # Two input pipelines (multi-worker): each reads its own files (or, with one file, every
+    # other record) and its batches alone must still be random draws of the whole corpus.
+    out = _build(corpus, num_shards)
+    for pipeline_id in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2,
+                                             input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=2)
+        batches = _batches_of_docs(out, is_training=True, num_batches=180,
+                                   input_context=context)
+        _check(mixing_statistics(batches, corpus["source_of_doc"], np.random.default_rng(0)))
 
 
 def test_the_stored_order_alone_mixes_with_one_shard(corpus):
