@@ -267,8 +267,9 @@ def test_two_processes_give_byte_identical_shards(tmp_path, vocab_file):
     assert names == sorted(os.listdir(out2))
     for name in names:
         if name != "manifest.json":  # shards and inputs.jsonl
-            with open(os.path.join(out1, name), "rb") as f1, open(os.path.join(out2, name), "rb") as f2:
-                assert f1.read() == f2.read(), name
+            with open(os.path.join(out1, name), "rb") as f1:
+                with open(os.path.join(out2, name), "rb") as f2:
+                    assert f1.read() == f2.read(), name
     assert m1["splits"] == m2["splits"] and m1["counts"] == m2["counts"]
     assert m1["length_histogram"] == m2["length_histogram"]
 

@@ -313,13 +313,30 @@ def test_build_records_problems_in_manifest_and_inputs(tmp_path, vocab_file, mix
     assert [e["documents"] for e in inputs] == [50, 100]
 
 
-def test_bad_input_error_stops_naming_file_and_line(tmp_path, vocab_file, mixed_jsonl_corpus):
+@pytest.mark.parametrize("num_processes", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_bad_input_error_stops_naming_file_and_line(tmp_path, vocab_file, mixed_jsonl_corpus,
+                                                    num_processes):
+    # With 2 processes the error crosses from a worker process as its one-line message.
     with pytest.raises(BuildError) as err:
-        build(tmp_path, vocab_file, mixed_jsonl_corpus, input_format="jsonl", bad_input="error")
+        build(tmp_path, vocab_file, mixed_jsonl_corpus, input_format="jsonl", bad_input="error",
+              num_processes=num_processes)
     message = str(err.value)
     assert "b.jsonl" in message and "line 51" in message and "missing_text_field" in message
     assert "\n" not in message
     assert not (tmp_path / "out").exists()  # nothing left behind
+
+
+def test_a_failing_write_leaves_no_temporaries(tmp_path, vocab_file, mixed_jsonl_corpus,
+                                               monkeypatch):
+    from electra_tf.data import shuffle
+
+    def full_disk(self, bucket):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shuffle.BucketWriter, "_flush", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        build(tmp_path, vocab_file, mixed_jsonl_corpus, input_format="jsonl")
+    assert not (tmp_path / "out").exists()
 
 
 def test_learn_vocab_refuses_other_formats(tmp_path, mixed_jsonl_corpus):

@@ -54,7 +54,7 @@ from electra_tf.data.manifest import build_manifest, merge_pack_results, write_j
 from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shards,
                                     remove_temporaries, temp_prefix)
 from electra_tf.data.packing import PackSettings
-from electra_tf.data.shuffle import BucketLayout
+from electra_tf.data.shuffle import BucketLayout, ShuffleError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
 from electra_tf.vocab import load_vocab
@@ -361,7 +361,7 @@ def build_dataset(config: BuildConfig) -> dict:
         remove_temporaries(plan.temp_paths())
         if created_dir and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
             os.rmdir(config.output_dir)
-        if isinstance(e, WorkerFailed):
+        if isinstance(e, (WorkerFailed, ShuffleError)):
             raise BuildError(str(e)) from None
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,

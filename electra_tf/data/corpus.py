@@ -348,6 +348,7 @@ class _LineDecoder:
         replaced = self.stats.undecodable_bytes - self.undecodable_before
         self.undecodable_before = self.stats.undecodable_bytes
         if replaced:
-            self.stats.note(self.name, PROBLEM_INVALID_UTF8, f"{self.place}line {self.first_bad_line}",
+            where = f"{self.place}line {self.first_bad_line}"
+            self.stats.note(self.name, PROBLEM_INVALID_UTF8, where,
                             "bytes that are not UTF-8, replaced by U+FFFD (dropped by the "
                             "tokenizer, as BERT does)", count=replaced)

@@ -43,7 +43,7 @@ MAX_BUCKETS = 2048  # per split; bounds the write buffers (a larger corpus gets 
 _rescatter_ids = itertools.count()
 
 
-class ShuffleError(RuntimeError):
+class ShuffleError(ValueError):
     """A bucket file is not what the scatter phase wrote (damaged temporary data)."""
 
 

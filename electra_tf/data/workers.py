@@ -6,9 +6,9 @@ task lists in turn (`map`): packing, then writing shards. Tasks are pulled from 
 the load balances itself; results come back in task order. With one process everything runs
 in the calling process.
 
-Errors: a worker's `BuildError`-like failure (a ValueError subclass with a one-line message)
-comes back as that message; anything else (a bug) as its traceback; a worker that dies (killed,
-out of memory) fails the build naming its exit code.
+Errors: a worker's `BuildError`-like failure (a ValueError subclass with a one-line message) or
+OSError (e.g. a full disk) comes back as its message; anything else (a bug) as its traceback; a
+worker that dies (killed, out of memory) fails the build naming its exit code.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _process_main(make_worker: Callable[[int], Any], worker_id: int, tasks, mess
             result = getattr(worker, method)(payload, reporter)
             reporter.flush()
             messages.put(("done", task_id, result))
-        except ValueError as e:  # BuildError, CorpusError, VocabError, ...: one-line messages
+        except (ValueError, OSError) as e:  # BuildError, CorpusError, a full disk: one line
             messages.put(("error", task_id, str(e)))
         except BaseException:  # noqa: BLE001
             messages.put(("crash", task_id, traceback.format_exc()))
