@@ -9,7 +9,7 @@ Sections (each can be chosen with --sections):
   processes, sampled from /proc every 0.2 s). The fixed start-up (TensorFlow, tokenizer, worker
   spawn) is measured by building a tiny corpus the same way; "amortised tokens/s" is
   tokens / (wall - start-up). Builds with 1 and 2 processes are checked byte-identical.
-* `mixing`: at the largest scale, the training pipeline's batches (2,000 batches of 32, the
+* `mixing`: on the 1x corpus and at the largest scale, the training pipeline's batches (2,000 batches of 32, the
   trainer's seed 0) against random draws (`electra_tf.data.mixing`): source = which default-corpus
   source (austen, foldoc, lee, wiki) the example's file is a copy of; position = the example's
   place in corpus order. Examples are traced through a twin dataset: the same shard names and
@@ -451,10 +451,14 @@ def main():
             small_out = os.path.join(workdir, "out_check")
             run_build({"corpus_dir": base, "vocab_file": args.vocab_file, "output_dir": small_out,
                        "progress_interval": 1e9})
-            result["twin_order_checked"] = check_twin_order(
-                small_out, json.load(open(os.path.join(small_out, "manifest.json"))), workdir)
+            small_manifest = json.load(open(os.path.join(small_out, "manifest.json")))
+            result["twin_order_checked"] = check_twin_order(small_out, small_manifest, workdir)
+            result["mixing"] = [bench_mixing(small_out, small_manifest, workdir,
+                                             args.mixing_batches, "1x (default corpus), "
+                                             f"{len(small_manifest['splits']['train']['shards'])}"
+                                             " shards")]
+            print(json.dumps(result["mixing"][0]), flush=True)
             shutil.rmtree(small_out)
-            result["mixing"] = []
             existing = os.path.join(workdir, f"out_{largest}x_{args.processes[0]}")
             for shards in [None] + [int(s) for s in args.mixing_shards.split(",") if s]:
                 if shards is None and os.path.isdir(existing):

@@ -48,8 +48,11 @@ def mixing_statistics(sources: np.ndarray, positions: np.ndarray,
         rng: numpy Generator for the simulated random draws.
 
     Returns:
-        {"p_value", "tv_ratio", "spread_ratio", "chi_square", "dof", "tv", "spread"} (the last
-        two: observed means).
+        {"p_value", "tv_ratio", "spread_ratio", "chi_square", "dof", "tv", "spread", and
+        descriptive means with their random-draw values: "span" / "random_span" (corpus
+        positions covered by a batch), "majority_share" / "random_majority_share" (share of a
+        batch's largest source), "batches_90pct_one_source" / "random_..." (fraction of batches
+        that are >= 90% one source)}.
     """
     sources = np.asarray(sources)
     positions = np.asarray(positions, dtype=np.float64)
@@ -65,10 +68,22 @@ def mixing_statistics(sources: np.ndarray, positions: np.ndarray,
     upper = chi_square_upper_tail(chi_square, dof) if dof > 0 else 1.0
     picks = np.stack([rng.choice(flat_sources.size, batch_size, replace=False)
                       for _ in range(RANDOM_BATCHES)])
-    random_tv = _total_variation(_source_counts(flat_sources[picks], num_sources), shares)
+    random_counts = _source_counts(flat_sources[picks], num_sources)
+    random_tv = _total_variation(random_counts, shares)
     random_spread = flat_positions[picks].std(axis=1)
     tv = _total_variation(counts, shares).mean()
     spread = positions.std(axis=1).mean()
+    span = positions.max(axis=1) - positions.min(axis=1)
+    random_span = flat_positions[picks].max(axis=1) - flat_positions[picks].min(axis=1)
+    majority = counts.max(axis=1) / batch_size
+    random_majority = random_counts.max(axis=1) / batch_size
     return {"p_value": 2 * min(upper, 1 - upper), "tv_ratio": float(tv / random_tv.mean()),
             "spread_ratio": float(spread / random_spread.mean()), "chi_square": chi_square,
-            "dof": dof, "tv": float(tv), "spread": float(spread)}
+            "dof": dof, "tv": float(tv), "spread": float(spread),
+            # Descriptive: the span of corpus positions in a batch, the share of its largest
+            # source, and how often one source makes up >= 90% of a batch (observed, random).
+            "span": float(span.mean()), "random_span": float(random_span.mean()),
+            "majority_share": float(majority.mean()),
+            "random_majority_share": float(random_majority.mean()),
+            "batches_90pct_one_source": float((majority >= 0.9).mean()),
+            "random_batches_90pct_one_source": float((random_majority >= 0.9).mean())}
