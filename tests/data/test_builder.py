@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -15,8 +16,9 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.data import builder as builder_lib
-from electra_tf.data.builder import BuildConfig, BuildError, build_dataset, derive_seed
-from electra_tf.data.corpus import list_corpus_files
+from electra_tf.data.builder import BuildConfig, BuildError, build_dataset
+from electra_tf.data.packing import derive_seed
+from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_io import FEATURE_NAMES, parse_example, read_manifest, shard_paths
 from electra_tf.vocab import load_vocab
 
@@ -147,10 +149,19 @@ def test_round_trip_structure_and_manifest(tmp_path, vocab_file):
     assert manifest["versions"]["tensorflow"] == tf.__version__
     assert manifest["elapsed_seconds"] > 0 and manifest["throughput"]["tokens_per_second"] > 0
     assert manifest["started_at"] <= manifest["finished_at"]
+    assert manifest["input_format"] == "text" and manifest["input_problems"] == []
+    assert manifest["shuffle"]["method"] == "global"
+    # inputs.jsonl: one line per input file, in path order, adding up to the manifest's counts.
+    inputs = [json.loads(line) for line in open(os.path.join(out, "inputs.jsonl"))]
+    assert [e["file"] for e in inputs] == ["part00.txt", "part01.txt", "part02.txt", "unk.txt"]
+    assert sum(e["documents"] for e in inputs) == counts["documents"]
+    for split in ("train", "eval"):
+        assert sum(e["examples"][split] for e in inputs) == manifest["splits"][split]["examples"]
+    assert sum(e["bytes"] for e in inputs) == counts["corpus_bytes"]
     # Only the dataset's own files, no temporaries left behind.
     assert sorted(os.listdir(out)) == sorted(
-        ["manifest.json"] + [s["file"] for split in ("train", "eval")
-                             for s in manifest["splits"][split]["shards"]])
+        ["manifest.json", "inputs.jsonl"] + [s["file"] for split in ("train", "eval")
+                                             for s in manifest["splits"][split]["shards"]])
 
 
 def _doc_examples(examples, cls_id, sep_id):
@@ -185,11 +196,13 @@ def test_documents_and_files_bound_examples(tmp_path, vocab_file, blanks_separat
     assert manifest["splits"]["eval"]["shards"] == []
 
 
-def test_examples_match_example_builder_per_file_written_round_robin(tmp_path, vocab_file):
-    # Each file is packed by a fresh ExampleBuilder seeded from (seed, relative path), and the
-    # job writes its examples round-robin over its shards (official ExampleWriter): example k of
-    # the job's sequence lands in shard k % num_shards.
+def test_examples_are_the_per_file_packing_in_global_shuffle_key_order(tmp_path, vocab_file):
+    # Each file is packed by a fresh ExampleBuilder seeded from (seed, relative path); the
+    # examples are then ordered by their shuffle key (seed, split, file, index in the file) and
+    # cut into shards by key range: reading the shards in order gives every example once, in
+    # key order.
     from electra_tf.data.example_builder import ExampleBuilder
+    from electra_tf.data.shuffle import shard_of, shuffle_key
     from electra_tf.data.tokenization import Tokenizer
 
     documents = write_corpus(tmp_path / "corpus", [30, 20, 25], seed=5)
@@ -197,28 +210,30 @@ def test_examples_match_example_builder_per_file_written_round_robin(tmp_path, v
                           num_out_files=3)
     vocab = load_vocab(vocab_file)
     tokenizer = Tokenizer(vocab)
-    files = builder_lib.assign_files(list_corpus_files(str(tmp_path / "corpus")), 1, 9)[0]
-    expected = []
-    for name in [f.relpath for f in files]:
+    cls_id, sep_id = vocab.special.cls_id, vocab.special.sep_id
+    keyed = []
+    for name in sorted(documents):
         packer = ExampleBuilder(32, random.Random(derive_seed(9, "pack", "train", name)))
+        examples = []
         for doc in documents[name]:
             for line in doc:
-                ex = packer.add_sentence(tokenizer.encode(" ".join(line)))
-                if ex:
-                    expected.append(ex)
-            ex = packer.end_document()
-            if ex:
-                expected.append(ex)
-    cls_id, sep_id = vocab.special.cls_id, vocab.special.sep_id
-    expected = [tuple([cls_id] + e.first_segment + [sep_id]
-                      + (e.second_segment + [sep_id] if e.second_segment else []))
-                for e in expected]
+                examples.append(packer.add_sentence(tokenizer.encode(" ".join(line))))
+            examples.append(packer.end_document())
+        for index, e in enumerate(e for e in examples if e):
+            ids = tuple([cls_id] + e.first_segment + [sep_id]
+                        + (e.second_segment + [sep_id] if e.second_segment else []))
+            keyed.append((shuffle_key(9, "train", name, index), ids, name))
+    keyed.sort()
     paths = shard_paths(manifest, out)
     assert len(paths) == 3
-    for i, path in enumerate(paths):
-        shard = [tuple(b["input_ids"].numpy()[b["input_mask"].numpy() == 1])
-                 for b in tf.data.TFRecordDataset(path).map(lambda s: parse_example(s, 32))]
-        assert shard == expected[i::3]
+    for shard, path in enumerate(paths):
+        got = [tuple(b["input_ids"].numpy()[b["input_mask"].numpy() == 1])
+               for b in tf.data.TFRecordDataset(path).map(lambda s: parse_example(s, 32))]
+        assert got == [ids for key, ids, _ in keyed if shard_of(key, 3) == shard]
+    # The global order is not the corpus order: neighbours come from any file (a random order of
+    # 3 files of 25-35 examples changes file about 2/3 of the time; corpus order twice).
+    changes = sum(a[2] != b[2] for a, b in zip(keyed, keyed[1:]))
+    assert changes > len(keyed) / 3
 
 
 def test_same_inputs_give_byte_identical_shards(tmp_path, vocab_file):
@@ -233,31 +248,30 @@ def test_same_inputs_give_byte_identical_shards(tmp_path, vocab_file):
             with open(os.path.join(out1, name), "rb") as f1:
                 with open(os.path.join(out2, name), "rb") as f2:
                     assert f1.read() == f2.read(), name
-    volatile = {"started_at", "finished_at", "elapsed_seconds", "throughput"}
+    volatile = {"started_at", "finished_at", "elapsed_seconds", "throughput", "phase_seconds"}
     assert {k: v for k, v in m1.items() if k not in volatile} == \
         {k: v for k, v in m2.items() if k not in volatile}
     assert sorted(read_split(out1)) != sorted(read_split(out3))  # another seed, other packing
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_same_examples_and_counts(tmp_path, vocab_file):
+def test_two_processes_give_byte_identical_shards(tmp_path, vocab_file):
     write_corpus(tmp_path / "corpus", [30, 5, 25, 12, 8], seed=2)
-    m1, out1 = build(tmp_path, vocab_file, tmp_path / "corpus", "n1", eval_fraction=0.2)
+    m1, out1 = build(tmp_path, vocab_file, tmp_path / "corpus", "n1", eval_fraction=0.2,
+                     num_out_files=4)
     m2, out2 = build(tmp_path, vocab_file, tmp_path / "corpus", "n2", eval_fraction=0.2,
-                     num_processes=2, num_out_files=4)
+                     num_processes=2, num_out_files=4, shuffle_memory_mb=1)
     assert m1["num_processes"] == 1 and m2["num_processes"] == 2
-    for split in ("train", "eval"):
-        a, b = read_split(out1, split), read_split(out2, split)
-        assert len(a) > 0
-        assert collections.Counter(a) == collections.Counter(b)
-        entry1, entry2 = m1["splits"][split], m2["splits"][split]
-        assert {k: v for k, v in entry1.items() if k != "shards"} == \
-            {k: v for k, v in entry2.items() if k != "shards"}
-    assert m1["counts"] == m2["counts"]
+    assert len(read_split(out1, "eval")) > 0
+    names = sorted(os.listdir(out1))
+    assert names == sorted(os.listdir(out2))
+    for name in names:
+        if name != "manifest.json":  # shards and inputs.jsonl
+            with open(os.path.join(out1, name), "rb") as f1:
+                with open(os.path.join(out2, name), "rb") as f2:
+                    assert f1.read() == f2.read(), name
+    assert m1["splits"] == m2["splits"] and m1["counts"] == m2["counts"]
     assert m1["length_histogram"] == m2["length_histogram"]
-    # Job j owns shards i % 2 == j and fills them round-robin: balanced within each job.
-    counts = [s["examples"] for s in m2["splits"]["train"]["shards"]]
-    assert len(counts) == 4 and abs(counts[0] - counts[2]) <= 1 and abs(counts[1] - counts[3]) <= 1
 
 
 def test_eval_split_is_disjoint_by_document_and_near_the_fraction(tmp_path, vocab_file):
@@ -295,7 +309,7 @@ def test_refuses_existing_output_and_overwrites_only_its_own_files(tmp_path, voc
     assert {n: os.path.getmtime(os.path.join(out, n)) for n in os.listdir(out)} == before
     m2, out = build(tmp_path, vocab_file, tmp_path / "corpus", num_out_files=2, eval_fraction=0.0,
                     overwrite=True)
-    assert sorted(os.listdir(out)) == ["manifest.json", "notes.txt",
+    assert sorted(os.listdir(out)) == ["inputs.jsonl", "manifest.json", "notes.txt",
                                        "pretrain_data.tfrecord-0-of-2",
                                        "pretrain_data.tfrecord-1-of-2"]
     assert (tmp_path / "out" / "notes.txt").read_text() == "mine"
@@ -308,12 +322,16 @@ def test_a_small_corpus_never_yields_empty_shards(tmp_path, vocab_file):
     (corpus / "tiny.txt").write_text("w1 w2\n\nw3\n\nw4 w5 w6\n")
     manifest, out = build(tmp_path, vocab_file, corpus, num_out_files=10, eval_fraction=0.0)
     shards = manifest["splits"]["train"]["shards"]
-    assert [s["file"] for s in shards] == [f"pretrain_data.tfrecord-{i}-of-3" for i in range(3)]
-    assert [s["examples"] for s in shards] == [1, 1, 1]
+    n = len(shards)
+    assert 1 <= n <= 3
+    assert [s["file"] for s in shards] == [f"pretrain_data.tfrecord-{i}-of-{n}" for i in range(n)]
+    assert all(s["examples"] > 0 for s in shards) and sum(s["examples"] for s in shards) == 3
+    assert sorted(os.listdir(out)) == sorted(["manifest.json", "inputs.jsonl"]
+                                             + [s["file"] for s in shards])
     assert manifest["num_out_files_requested"] == 10
-    assert builder_lib.default_num_out_files(100, 1) == 4
-    assert builder_lib.default_num_out_files(100 << 20, 2) == 13
-    assert builder_lib.default_num_out_files(100 << 30, 2) == 1000
+    assert builder_lib.default_num_out_files(100) == 4
+    assert builder_lib.default_num_out_files(100 << 20) == 13
+    assert builder_lib.default_num_out_files(100 << 30) == 1000
 
 
 def test_warns_when_no_document_is_held_out(tmp_path, vocab_file, caplog):
@@ -377,35 +395,24 @@ def test_output_inside_corpus_is_rejected(tmp_path, vocab_file):
 
 def test_progress_and_summary_are_logged(tmp_path, vocab_file, caplog):
     write_corpus(tmp_path / "corpus", [20, 20])
-    with caplog.at_level(logging.INFO, logger=builder_lib.__name__):
+    with caplog.at_level(logging.INFO, logger="electra_tf.data"):
         build(tmp_path, vocab_file, tmp_path / "corpus", progress_interval=0.0)
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("progress: files") and "tokens/s" in m for m in messages)
     assert messages[-1].startswith("done: ") and "train examples" in messages[-1]
 
 
-def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypatch):
-    from electra_tf.data import fetch
-
+def test_default_paths_read_the_default_data_and_never_fetch(tmp_path, monkeypatch):
+    # The library reads pretrain_data/; fetching it is the script's step (see the CLI tests).
     monkeypatch.chdir(tmp_path)
-    calls = []
-
-    def fake_fetch(data_dir="pretrain_data", cache_dir=None, overwrite=False):
-        calls.append(data_dir)
-        write_vocab_dir = tmp_path / data_dir
-        write_corpus(write_vocab_dir / "corpus", [5])
-        write_vocab(write_vocab_dir / "vocab.txt")
-
-    monkeypatch.setattr(fetch, "default_data_ready", lambda data_dir="pretrain_data": bool(calls))
-    monkeypatch.setattr(fetch, "fetch_default_data", fake_fetch)
+    with pytest.raises(CorpusError, match="corpus dir pretrain_data/corpus does not exist"):
+        build_dataset(BuildConfig(max_seq_length=32))
+    write_corpus(tmp_path / "pretrain_data" / "corpus", [5])
+    write_vocab(tmp_path / "pretrain_data" / "vocab.txt")
     manifest = build_dataset(BuildConfig(max_seq_length=32))
-    assert calls == ["pretrain_data"]
     assert manifest["corpus_dir"] == os.path.join("pretrain_data", "corpus")
     assert manifest["vocab"]["path"] == os.path.join("pretrain_data", "vocab.txt")
     assert os.path.isfile(os.path.join("pretrain_data", "pretrain_tfrecords", "manifest.json"))
-    shutil.rmtree("pretrain_data/pretrain_tfrecords")
-    build_dataset(BuildConfig(max_seq_length=32))  # data now "ready": no second fetch
-    assert calls == ["pretrain_data"]
 
 
 def test_learn_vocab_writes_beside_output_and_refuses_to_clobber(tmp_path):

@@ -1,7 +1,7 @@
 """Fault injection on the dataset builder: SIGKILL mid-build, then rerun.
 
 A real `build_pretraining_dataset.py` process over a corpus that takes a few seconds is killed
-once its temporary shards hold data. The rerun must not mix the killed build's files with its own:
+once its temporary files (the shuffle's bucket files) hold data. The rerun must not mix the killed build's files with its own:
 without --overwrite it refuses naming the interrupted build; the trainer refuses the directory
 too; with --overwrite it starts clean and produces exactly what an uninterrupted build does.
 """
@@ -54,6 +54,20 @@ def _digests(out):
             for name in sorted(os.listdir(out)) if name != "manifest.json"}
 
 
+def _partial_data(out):
+    """Whether a temporary file of the build (in the output dir or its shuffle dir) has data."""
+    for root, _, names in os.walk(out):
+        for name in names:
+            path = os.path.join(root, name)
+            hidden = os.path.relpath(path, out).startswith(".partial-")
+            try:
+                if hidden and os.path.getsize(path) > 0:
+                    return True
+            except OSError:  # renamed or removed meanwhile
+                pass
+    return False
+
+
 def test_sigkill_mid_build_then_rerun_never_mixes_shards(inputs):
     killed_out = str(inputs["root"] / "killed")
     proc = subprocess.Popen(_command(inputs, killed_out), env=fx.subprocess_env(),
@@ -63,9 +77,7 @@ def test_sigkill_mid_build_then_rerun_never_mixes_shards(inputs):
     try:
         deadline = time.monotonic() + TIMEOUT
         while time.monotonic() < deadline and proc.poll() is None:
-            names = os.listdir(killed_out) if os.path.isdir(killed_out) else []
-            if any(n.startswith(".partial-") and os.path.getsize(os.path.join(killed_out, n)) > 0
-                   for n in names):
+            if _partial_data(killed_out):
                 proc.send_signal(signal.SIGKILL)
                 killed = True
                 break
@@ -105,4 +117,4 @@ def test_sigkill_mid_build_then_rerun_never_mixes_shards(inputs):
     assert _digests(killed_out) == _digests(clean_out)
     manifest = json.load(open(os.path.join(killed_out, "manifest.json")))
     listed = sorted(s["file"] for split in manifest["splits"].values() for s in split["shards"])
-    assert listed == sorted(_digests(killed_out))
+    assert sorted(listed + ["inputs.jsonl"]) == sorted(_digests(killed_out))

@@ -53,7 +53,8 @@ def test_help_documents_every_flag():
     for flag in ["--corpus-dir", "--vocab-file", "--output-dir", "--max-seq-length",
                  "--num-processes", "--blanks-separate-docs", "--no-blanks-separate-docs",
                  "--do-lower-case", "--no-lower-case", "--strip-accents", "--no-strip-accents",
-                 "--num-out-files", "--seed", "--overwrite", "--eval-fraction", "--learn-vocab"]:
+                 "--num-out-files", "--seed", "--overwrite", "--eval-fraction", "--learn-vocab",
+                 "--input-format", "--jsonl-text-field", "--bad-input", "--shuffle-memory-mb"]:
         assert flag in result.stdout, flag
 
 
@@ -141,3 +142,64 @@ def test_learn_vocab_too_small(inputs):
                      "--learn-vocab", "3", "--vocab-file", learned)
     assert_one_line_error(result, "--learn-vocab 3")
     assert not os.path.exists(inputs["out"]) and not os.path.exists(learned)
+
+
+def _load_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_pretraining_dataset_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypatch):
+    # Fetching the default data is the script's step, before the (library) build.
+    script = _load_script()
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def fake_fetch(data_dir="pretrain_data", cache_dir=None, overwrite=False):
+        calls.append(data_dir)
+        corpus = tmp_path / data_dir / "corpus"
+        corpus.mkdir(parents=True)
+        (corpus / "a.txt").write_text("hello world.\nhello again.\n\nworld hello.\n")
+        (tmp_path / data_dir / "vocab.txt").write_text("\n".join(GOOD_VOCAB) + "\n")
+
+    monkeypatch.setattr(script, "default_data_ready", lambda data_dir="pretrain_data": bool(calls))
+    monkeypatch.setattr(script, "fetch_default_data", fake_fetch)
+    assert script.main(["--max-seq-length", "16"]) == 0
+    assert calls == ["pretrain_data"]
+    manifest = json.load(open(os.path.join("pretrain_data", "pretrain_tfrecords", "manifest.json")))
+    assert manifest["corpus_dir"] == os.path.join("pretrain_data", "corpus")
+    assert manifest["vocab"]["path"] == os.path.join("pretrain_data", "vocab.txt")
+    # Data now "ready": no second fetch; a bad flag fails before any fetch is considered.
+    assert script.main(["--max-seq-length", "16", "--overwrite"]) == 0
+    assert script.main(["--max-seq-length", "4"]) == 1
+    assert calls == ["pretrain_data"]
+    # An explicit corpus never triggers the fetch.
+    calls.clear()
+    monkeypatch.setattr(script, "default_data_ready", lambda data_dir="pretrain_data": False)
+    assert script.main(["--corpus-dir", "pretrain_data/corpus", "--vocab-file",
+                        "pretrain_data/vocab.txt", "--output-dir", "other",
+                        "--max-seq-length", "16"]) == 0
+    assert calls == []
+
+
+def test_jsonl_input_counts_a_bad_line_or_stops_at_it(inputs):
+    import gzip
+
+    corpus = inputs["tmp"] / "jsonl"
+    corpus.mkdir()
+    rows = [json.dumps({"text": "hello world.\nhello again."}), '{"body": "no text"}',
+            json.dumps({"text": "world hello."})]
+    (corpus / "dump.jsonl.gz").write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+    args = base_args(inputs, **{"--corpus-dir": str(corpus), "--max-seq-length": "16"})
+    result = run_cli(*args, "--input-format", "jsonl")
+    assert result.returncode == 0, result.stderr
+    assert "1 input problem(s)" in result.stderr and "dump.jsonl.gz: missing_text_field at line 2" \
+        in result.stderr
+    manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
+    assert manifest["input_format"] == "jsonl" and manifest["counts"]["documents"] == 2
+    result = run_cli(*args, "--input-format", "jsonl", "--bad-input", "error", "--overwrite")
+    assert_one_line_error(result, "dump.jsonl.gz", "line 2", "no field 'text'")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import pipeline, tfrecord_io
+from electra_tf.data import integrity, pipeline, tfrecord_io
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
@@ -179,9 +179,9 @@ def test_skip_bad_records_drops_exactly_the_malformed_records(tmp_path):
 
     _rewrite_shard(shard, damage_some)
     dropped = {tuple(originals[i].features.feature["input_ids"].int64_list.value) for i in bad}
-    assert pipeline.scan_file(shard, fx.MAX_SEQ_LENGTH).bad_indices == (3, 17, 39)
+    assert integrity.scan_file(shard, fx.MAX_SEQ_LENGTH).bad_indices == (3, 17, 39)
     # Refusing a file (verify_tfrecords) needs only the first bad record.
-    assert pipeline.scan_file(shard, fx.MAX_SEQ_LENGTH, stop_at_first=True).bad_indices == (3,)
+    assert integrity.scan_file(shard, fx.MAX_SEQ_LENGTH, stop_at_first=True).bad_indices == (3,)
     summary = pipeline.validate_dataset(
         os.path.join(data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*"),
         max_seq_length=fx.MAX_SEQ_LENGTH, vocab_sha256=_vocab_sha(data_dir),
