@@ -15,6 +15,14 @@ absent) and writes pretrain_data/pretrain_tfrecords/: pretrain_data.tfrecord-*-o
 eval_data.tfrecord-*-of-*, inputs.jsonl (per input file) and manifest.json (settings, counts,
 checksums). Same inputs and settings give byte-identical shards, with any --num-processes. See
 electra_tf/data/builder.py for the differences from the official script.
+
+With --runner (an Apache Beam runner; pip install -e '.[beam]') the same dataset, byte for byte,
+is built by a Beam pipeline, on this machine (DirectRunner) or a cluster; Beam's own pipeline
+options go among the flags, e.g.
+  --runner DirectRunner --direct_num_workers 2 --direct_running_mode multi_processing
+  --runner DataflowRunner --project P --region R --temp_location gs://B/tmp \
+      --corpus-dir gs://B/corpus --vocab-file gs://B/vocab.txt --output-dir gs://B/data
+(docs/design.md, "Building on a cluster", has the Dataflow, Spark and Flink commands).
 """
 
 import argparse
@@ -25,6 +33,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 from electra_tf.data import builder as b  # noqa: E402
+from electra_tf.data.beam_build import LOCAL_RUNNER  # noqa: E402
 from electra_tf.data.corpus import CorpusError  # noqa: E402
 from electra_tf.sources.fetch import FetchError, default_data_ready, fetch_default_data  # noqa: E402
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS  # noqa: E402
@@ -90,22 +99,47 @@ def parse_args(argv):
         "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
     arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
         "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
-    return p.parse_args(argv)
+    arg("--runner", default=LOCAL_RUNNER, help="local: this machine's processes "
+        "(--num-processes); or an Apache Beam runner (DirectRunner, DataflowRunner, SparkRunner, "
+        "FlinkRunner, ...) building the same shards with Beam (needs the [beam] extra); any "
+        "further flags are Beam pipeline options, passed through (default: %(default)s)")
+    args, beam_args = p.parse_known_args(argv)
+    if beam_args and args.runner == LOCAL_RUNNER:
+        p.error(f"unrecognized arguments: {' '.join(beam_args)} (Beam pipeline options need "
+                f"--runner)")
+    return args, beam_args
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args, beam_args = parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     data_logger = logging.getLogger("electra_tf.data")  # the builder's modules and the fetch
     data_logger.addHandler(handler)
     data_logger.setLevel(logging.INFO)
-    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **vars(args))
+    settings = vars(args)
+    runner = settings.pop("runner")
+    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
     try:
         b.resolve_config(config)  # bad flags fail before any download
+        if runner != LOCAL_RUNNER:
+            from electra_tf.data.beam_build import pipeline_options
+
+            # Beam's PipelineOptions call logging.basicConfig(): a root handler of our own keeps
+            # it from adding one that would print every line twice.
+            logging.getLogger().addHandler(logging.NullHandler())
+            beam_logger = logging.getLogger("apache_beam")  # job links, state changes, warnings
+            beam_logger.addHandler(handler)
+            beam_logger.setLevel(logging.WARNING if runner == "DirectRunner" else logging.INFO)
+            pipeline_options(runner, beam_args)  # Beam installed, its options known: fail fast
         fetch_default_data_if_needed(args)
-        b.build_dataset(config)
+        if runner == LOCAL_RUNNER:
+            b.build_dataset(config)
+        else:
+            from electra_tf.data.beam_build import build_dataset_beam
+
+            build_dataset_beam(config, runner, beam_args)
     except (b.BuildError, CorpusError, VocabError, FetchError, OSError) as e:
         print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
         return 1

@@ -1,10 +1,10 @@
 """The builder's per-process work: pack files into shuffle buckets, then write shards from them.
 
 A `BuildWorker` lives in each worker process (or in the builder's process with one process).
-`pack` reads, tokenises and packs a task's files (`formats`, `packing`), serialises the
-examples and scatters them by shuffle key into this worker's bucket files (`shuffle`); it also
-writes the task's per-file lines of `inputs.jsonl`. `gather` sorts the buckets of one unit and
-writes its shards.
+`pack` reads, tokenises and packs a task's files (`formats`, `packing`) with a `FilePacker`
+(shared with the Apache Beam build), which serialises the examples and keys them; the worker
+scatters them by key into its bucket files (`shuffle`) and writes the task's per-file lines of
+`inputs.jsonl`. `gather` sorts the buckets of one unit and writes its shards.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Dict, Iterable, Iterator, List, Tuple
 
 from electra_tf.data.corpus import CorpusFile, ReadStats, format_problem
 from electra_tf.data.example_builder import PackedExample
-from electra_tf.data.formats import InputSettings, iter_document_lines
+from electra_tf.data.formats import InputSettings, Opener, iter_document_lines
 from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.tfrecord_io import ExampleSerializer
-from electra_tf.vocab import load_vocab
+from electra_tf.vocab import Vocab, load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
 MAX_LISTED_PROBLEMS = 100  # problem records returned per task (all go to inputs.jsonl)
@@ -53,8 +53,125 @@ def inputs_part_path(shuffle_dir: str, task: int) -> str:
     return os.path.join(shuffle_dir, f"inputs-{task:06d}.jsonl")
 
 
+class FilePacker:
+    """Reads, tokenises, packs and serialises corpus files, one at a time, into keyed records.
+
+    The per-file work of every build engine: the local builder's workers (`BuildWorker`) and
+    the Apache Beam build's DoFn (`beam_pipeline`) both call `keyed_records`, so examples,
+    keys and records are the same whichever engine runs them.
+
+    Args:
+        vocab: Vocab.
+        do_lower_case, strip_accents: tokenization settings.
+        input_settings: InputSettings.
+        pack: PackSettings.
+        strict_input: --bad-input error: any input problem raises BuildError.
+        opener: how corpus files are opened (`formats.Opener`; None: the builtin open).
+    """
+
+    def __init__(self, vocab: Vocab, do_lower_case: bool, strip_accents: bool,
+                 input_settings: InputSettings, pack: PackSettings, strict_input: bool,
+                 opener: Opener = None):
+        self.vocab = vocab
+        self.do_lower_case, self.strip_accents = do_lower_case, strip_accents
+        self.input, self.pack, self.strict_input = input_settings, pack, strict_input
+        self.opener = opener
+        self.serializer = ExampleSerializer(pack.max_seq_length, vocab.special.cls_id,
+                                            vocab.special.sep_id)
+        self.batch_size = max(1, SERIALIZE_BATCH_IDS // pack.max_seq_length)
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:  # imports TensorFlow: only workers that pack need it
+            from electra_tf.data.tokenization import Tokenizer
+
+            self._tokenizer = Tokenizer(self.vocab, do_lower_case=self.do_lower_case,
+                                        strip_accents=self.strip_accents)
+        return self._tokenizer
+
+    def keyed_records(self, corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
+                      report) -> Iterator[Tuple[str, List[Tuple[int, bytes]]]]:
+        """One file's examples as serialised records with their shuffle keys, in batches.
+
+        Args:
+            corpus_file: CorpusFile.
+            read, stats: ReadStats and PackStats, updated in place.
+            report: progress callback (keyword counters: bytes, documents, tokens, examples).
+
+        Yields:
+            (split, [(shuffle key, record), ...]): batches of one split, in packing order.
+
+        Raises:
+            BuildError: the file cannot be read, or (strict_input) it has an input problem.
+        """
+        bases = {split: key_base(self.pack.seed, split, corpus_file.relpath)
+                 for split in self.pack.splits}
+        pending: Dict[str, List[Tuple[int, PackedExample]]] = {s: [] for s in self.pack.splits}
+        lines = self._watched(iter_document_lines(corpus_file, self.input, read, self.opener),
+                              read, stats, corpus_file, report)
+        try:
+            for split, index, example in iter_examples(corpus_file.relpath, lines,
+                                                       self.tokenizer.encode_batch, self.pack,
+                                                       stats):
+                batch = pending[split]
+                batch.append((shuffle_key_from_base(bases[split], index), example))
+                if len(batch) >= self.batch_size:
+                    yield split, self._serialized(batch, report)
+                    pending[split] = []
+        except OSError as e:
+            raise BuildError(
+                f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
+        for split, batch in pending.items():
+            if batch:
+                yield split, self._serialized(batch, report)
+
+    def _serialized(self, batch: List[Tuple[int, PackedExample]],
+                    report) -> List[Tuple[int, bytes]]:
+        records = self.serializer.serialize([example for _, example in batch])
+        report(examples=len(batch))
+        return [(key, record) for (key, _), record in zip(batch, records)]
+
+    def _watched(self, batches: Iterable[List[str]], read: ReadStats, stats: PackStats,
+                 corpus_file: CorpusFile, report) -> Iterator[List[str]]:
+        """Passes line batches on, reporting progress and enforcing --bad-input error."""
+        seen_bytes, seen_tokens = read.bytes_read, stats.tokenized_tokens
+        for batch in batches:
+            self._check_input(read, corpus_file)
+            report(bytes=read.bytes_read - seen_bytes, documents=batch.count(""))
+            seen_bytes = read.bytes_read
+            yield batch
+            report(tokens=stats.tokenized_tokens - seen_tokens)
+            seen_tokens = stats.tokenized_tokens
+        self._check_input(read, corpus_file)
+        report(tokens=stats.tokenized_tokens - seen_tokens)
+
+    def _check_input(self, read: ReadStats, corpus_file: CorpusFile) -> None:
+        if self.strict_input and read.problems:
+            first = next(iter(read.problems.values()))  # checked after every batch: the first
+            raise BuildError(f"bad input in {corpus_file.path}: {format_problem(first)} "
+                             f"(--bad-input skip counts such problems instead)")
+
+
+def file_summary(corpus_file: CorpusFile, read: ReadStats,
+                 stats: PackStats) -> Tuple[dict, List[dict]]:
+    """A packed file's line of inputs.jsonl and its problem records (sorted by kind).
+
+    Clears `read.problems` (the records are returned), so `read` can be summed.
+    """
+    problems = sorted(read.problems.values(), key=lambda e: e["problem"])
+    read.problems = {}
+    entry = {"file": corpus_file.relpath, "bytes": corpus_file.size,
+             "text_bytes": read.bytes_read,
+             "documents": sum(s.documents for s in stats.splits.values()),
+             "examples": {split: s.examples for split, s in stats.splits.items()}}
+    if problems:
+        entry["problems"] = [{k: v for k, v in p.items() if k != "file"} for p in problems]
+    return entry, problems
+
+
 class BuildWorker:
-    """One process's state: the vocab, a lazily built tokenizer, the serializer."""
+    """One process's state: the vocab and a `FilePacker` (its tokenizer built lazily)."""
 
     def __init__(self, spec: WorkerSpec, worker_id: int):
         self.spec = spec
@@ -64,19 +181,8 @@ class BuildWorker:
             raise BuildError(
                 f"vocab file {spec.vocab_file} changed while the dataset was being built")
         self.vocab = vocab
-        self.serializer = ExampleSerializer(spec.pack.max_seq_length, vocab.special.cls_id,
-                                            vocab.special.sep_id)
-        self.batch_size = max(1, SERIALIZE_BATCH_IDS // spec.pack.max_seq_length)
-        self._tokenizer = None
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:  # imports TensorFlow: only workers that pack need it
-            from electra_tf.data.tokenization import Tokenizer
-
-            self._tokenizer = Tokenizer(self.vocab, do_lower_case=self.spec.do_lower_case,
-                                        strip_accents=self.spec.strip_accents)
-        return self._tokenizer
+        self.packer = FilePacker(vocab, spec.do_lower_case, spec.strip_accents, spec.input,
+                                 spec.pack, spec.strict_input)
 
     # -------------------------------------------------------------------------------------------
     def pack(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
@@ -100,73 +206,22 @@ class BuildWorker:
         with open(inputs_part_path(spec.shuffle_dir, task_index), "w", encoding="utf-8") as part:
             for corpus_file in files:
                 file_read, file_stats = ReadStats(), PackStats()
-                self._pack_file(corpus_file, file_read, file_stats, writers, report)
-                problems = sorted(file_read.problems.values(), key=lambda e: e["problem"])
+                for split, batch in self.packer.keyed_records(corpus_file, file_read,
+                                                              file_stats, report):
+                    for key, record in batch:
+                        writers[split].add(key, record)
+                entry, problems = file_summary(corpus_file, file_read, file_stats)
                 num_problems += len(problems)
                 listed += problems[:MAX_LISTED_PROBLEMS - len(listed)]
-                file_read.problems = {}
                 read.add(file_read)
                 stats.add(file_stats)
-                part.write(json.dumps(_input_entry(corpus_file, file_read, file_stats, problems))
-                           + "\n")
+                part.write(json.dumps(entry) + "\n")
                 report(files=1)
         for writer in writers.values():
             writer.flush()
         result = dataclasses.asdict(read)
         result["problems"] = listed
         return {"read": result, "problems": num_problems, "pack": stats.to_dict()}
-
-    def _pack_file(self, corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
-                   writers: Dict[str, BucketWriter], report) -> None:
-        spec = self.spec
-        bases = {split: key_base(spec.pack.seed, split, corpus_file.relpath)
-                 for split in writers}
-        pending: Dict[str, List[Tuple[int, PackedExample]]] = {split: [] for split in writers}
-        lines = self._watched(iter_document_lines(corpus_file, spec.input, read), read, stats,
-                              corpus_file, report)
-        try:
-            for split, index, example in iter_examples(corpus_file.relpath, lines,
-                                                       self.tokenizer.encode_batch, spec.pack,
-                                                       stats):
-                batch = pending[split]
-                batch.append((shuffle_key_from_base(bases[split], index), example))
-                if len(batch) >= self.batch_size:
-                    self._scatter(writers[split], batch, report)
-                    pending[split] = []
-        except OSError as e:
-            raise BuildError(
-                f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
-        for split, batch in pending.items():
-            self._scatter(writers[split], batch, report)
-
-    def _watched(self, batches: Iterable[List[str]], read: ReadStats, stats: PackStats,
-                 corpus_file: CorpusFile, report) -> Iterator[List[str]]:
-        """Passes line batches on, reporting progress and enforcing --bad-input error."""
-        seen_bytes, seen_tokens = read.bytes_read, stats.tokenized_tokens
-        for batch in batches:
-            self._check_input(read, corpus_file)
-            report(bytes=read.bytes_read - seen_bytes, documents=batch.count(""))
-            seen_bytes = read.bytes_read
-            yield batch
-            report(tokens=stats.tokenized_tokens - seen_tokens)
-            seen_tokens = stats.tokenized_tokens
-        self._check_input(read, corpus_file)
-        report(tokens=stats.tokenized_tokens - seen_tokens)
-
-    def _check_input(self, read: ReadStats, corpus_file: CorpusFile) -> None:
-        if self.spec.strict_input and read.problems:
-            first = next(iter(read.problems.values()))  # checked after every batch: the first
-            raise BuildError(f"bad input in {corpus_file.path}: {format_problem(first)} "
-                             f"(--bad-input skip counts such problems instead)")
-
-    def _scatter(self, writer: BucketWriter, batch: List[Tuple[int, PackedExample]],
-                 report) -> None:
-        if not batch:
-            return
-        records = self.serializer.serialize([example for _, example in batch])
-        for (key, _), record in zip(batch, records):
-            writer.add(key, record)
-        report(examples=len(batch))
 
     # -------------------------------------------------------------------------------------------
     def gather(self, unit: Tuple[str, range, range], report) -> Dict[int, int]:
@@ -180,13 +235,3 @@ class BuildWorker:
                            spec.memory_bytes, spec.shuffle_dir,
                            report=lambda n: report(written=n))
 
-
-def _input_entry(corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
-                 problems: List[dict]) -> dict:
-    entry = {"file": corpus_file.relpath, "bytes": corpus_file.size,
-             "text_bytes": read.bytes_read,
-             "documents": sum(s.documents for s in stats.splits.values()),
-             "examples": {split: s.examples for split, s in stats.splits.items()}}
-    if problems:
-        entry["problems"] = [{k: v for k, v in p.items() if k != "file"} for p in problems]
-    return entry

@@ -333,15 +333,11 @@ def build_dataset(config: BuildConfig) -> dict:
                 _describe_packing(len(files), text_mb), config.progress_interval,
                 rate_key="tokens", rate_unit="tokens"))
             totals = merge_pack_results(results, config.max_seq_length)
-            train, evals = totals.pack.splits["train"], totals.pack.splits["eval"]
-            if train.examples == 0:
-                raise BuildError(
-                    f"no training examples: the corpus in {config.corpus_dir} has no tokenizable "
-                    f"text" + (" outside the held-out documents" if evals.examples else ""))
+            check_train_examples(config.corpus_dir, totals)
             _join_inputs(plan)
             phases["pack"] = time.monotonic() - phase_start
             phase_start = time.monotonic()
-            total = train.examples + evals.examples
+            total = sum(split.examples for split in totals.pack.splits.values())
             units = [(split, buckets, shards) for split, layout in plan.layouts.items()
                      for buckets, shards in layout.units()]
             logger.info("shuffling %d examples: %d bucket(s) of <= %d MiB in memory", total,
@@ -367,8 +363,16 @@ def build_dataset(config: BuildConfig) -> dict:
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME)
     write_json_atomic(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
-    _log_summary(config, manifest)
+    log_summary(config, manifest)
     return manifest
+
+
+def check_train_examples(corpus_dir: str, totals) -> None:
+    """Raises BuildError when packing made no training example (`totals`: BuildTotals)."""
+    if totals.pack.splits["train"].examples == 0:
+        raise BuildError(
+            f"no training examples: the corpus in {corpus_dir} has no tokenizable text"
+            + (" outside the held-out documents" if totals.pack.splits["eval"].examples else ""))
 
 
 def _join_inputs(plan: Plan) -> None:
@@ -381,7 +385,7 @@ def _join_inputs(plan: Plan) -> None:
             os.remove(part)
 
 
-def _log_summary(config: BuildConfig, manifest: dict) -> None:
+def log_summary(config: BuildConfig, manifest: dict) -> None:
     train, evals = manifest["splits"]["train"], manifest["splits"]["eval"]
     counts = manifest["counts"]
     if config.eval_fraction > 0 and not evals["examples"]:

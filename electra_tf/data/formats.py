@@ -35,13 +35,14 @@ The builder turns any of these into an error instead with `--bad-input error`.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import dataclasses
 import gzip
 import json
 import lzma
 import tarfile
 import zlib
-from typing import BinaryIO, Iterable, Iterator, List
+from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional
 
 from electra_tf.data.corpus import (_BOM, PROBLEM_BAD_MEMBER, PROBLEM_DAMAGED_STREAM,
                                     PROBLEM_INVALID_JSON, PROBLEM_INVALID_UTF8, PROBLEM_LONG_LINE,
@@ -56,6 +57,9 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 # compressed files as this many times their size on disk (English text: gzip ~3x, xz ~4x).
 COMPRESSION_RATIO_ESTIMATE = 3
 _TAR_BLOCK = tarfile.BLOCKSIZE
+# (path) -> a binary stream of the file's raw bytes; None: the builtin open. A distributed build
+# passes its filesystem's (e.g. Apache Beam's FileSystems, for gs:// or hdfs:// paths).
+Opener = Optional[Callable[[str], BinaryIO]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,15 +88,25 @@ def estimated_text_bytes(corpus_file: CorpusFile) -> int:
     return corpus_file.size
 
 
-def open_binary(path: str) -> BinaryIO:
-    """The file as a binary stream, decompressed by its suffix (.gz, .bz2, .xz)."""
+@contextlib.contextmanager
+def open_binary(path: str, opener: Opener = None) -> Iterator[BinaryIO]:
+    """Opens the file as a binary stream, decompressed by its suffix (.gz, .bz2, .xz)."""
     lower = path.lower()
-    if lower.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if lower.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    if lower.endswith(".xz"):
-        return lzma.open(path, "rb")
+    with (opener or _open_raw)(path) as raw:
+        if lower.endswith(".gz"):
+            stream = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif lower.endswith(".bz2"):
+            stream = bz2.BZ2File(raw, "rb")
+        elif lower.endswith(".xz"):
+            stream = lzma.LZMAFile(raw, "rb")
+        else:
+            yield raw
+            return
+        with stream:  # closing a decompressor leaves `raw` to the outer `with`
+            yield stream
+
+
+def _open_raw(path: str) -> BinaryIO:
     return open(path, "rb")
 
 
@@ -115,13 +129,14 @@ def describe_error(error: BaseException) -> str:
 
 
 def iter_document_lines(corpus_file: CorpusFile, settings: InputSettings,
-                        stats: ReadStats) -> Iterator[List[str]]:
+                        stats: ReadStats, opener: Opener = None) -> Iterator[List[str]]:
     """Streams one corpus file as batches of lines, `""` ending a document.
 
     Args:
         corpus_file: CorpusFile.
         settings: InputSettings.
         stats: ReadStats, updated in place (counts and problem records).
+        opener: how to open `corpus_file.path` (default: the builtin open).
 
     Yields:
         list[str]: stripped lines; "" marks a document end (the file's end also ends one).
@@ -133,7 +148,7 @@ def iter_document_lines(corpus_file: CorpusFile, settings: InputSettings,
     if settings.input_format not in readers:
         raise ValueError(f"unknown input format {settings.input_format!r}; "
                          f"expected one of {', '.join(INPUT_FORMATS)}")
-    yield from readers[settings.input_format](corpus_file, settings, stats)
+    yield from readers[settings.input_format](corpus_file, settings, stats, opener)
 
 
 def iter_documents(line_batches: Iterable[List[str]]) -> Iterator[List[str]]:
@@ -156,11 +171,11 @@ def _damaged(stats: ReadStats, corpus_file: CorpusFile, where: str, error: BaseE
                f"{describe_error(error)}; the rest of the file is unreadable")
 
 
-def _text_lines(corpus_file: CorpusFile, settings: InputSettings,
-                stats: ReadStats) -> Iterator[List[str]]:
+def _text_lines(corpus_file: CorpusFile, settings: InputSettings, stats: ReadStats,
+                opener: Opener) -> Iterator[List[str]]:
     lines_before = stats.lines
     try:
-        with open_binary(corpus_file.path) as stream:
+        with open_binary(corpus_file.path, opener) as stream:
             for lines in iter_line_batches(stream, stats, name=corpus_file.relpath):
                 yield lines if settings.blanks_separate_docs else [x for x in lines if x]
     except (OSError, EOFError, zlib.error, lzma.LZMAError) as e:
@@ -169,8 +184,8 @@ def _text_lines(corpus_file: CorpusFile, settings: InputSettings,
         _damaged(stats, corpus_file, f"after line {stats.lines - lines_before}", e)
 
 
-def _openwebtext_lines(corpus_file: CorpusFile, settings: InputSettings,
-                       stats: ReadStats) -> Iterator[List[str]]:
+def _openwebtext_lines(corpus_file: CorpusFile, settings: InputSettings, stats: ReadStats,
+                       opener: Opener) -> Iterator[List[str]]:
     batch: List[str] = []
     batch_bytes = 0
     last = None  # name of the last member read
@@ -179,7 +194,8 @@ def _openwebtext_lines(corpus_file: CorpusFile, settings: InputSettings,
     try:
         # "r|*": a forward-only stream (bounded memory), compression detected from the content;
         # ignore_zeros: skip unreadable header blocks up to the next valid member.
-        with tarfile.open(corpus_file.path, mode="r|*", ignore_zeros=True) as tar:
+        with (opener or _open_raw)(corpus_file.path) as raw, \
+                tarfile.open(fileobj=raw, mode="r|*", ignore_zeros=True) as tar:
             for member in tar:
                 found += 1
                 if member.offset > next_offset:
@@ -217,14 +233,14 @@ def _openwebtext_lines(corpus_file: CorpusFile, settings: InputSettings,
         yield batch
 
 
-def _jsonl_lines(corpus_file: CorpusFile, settings: InputSettings,
-                 stats: ReadStats) -> Iterator[List[str]]:
+def _jsonl_lines(corpus_file: CorpusFile, settings: InputSettings, stats: ReadStats,
+                 opener: Opener) -> Iterator[List[str]]:
     field = settings.jsonl_text_field
     batch: List[str] = []
     batch_bytes = 0
     line = 0
     try:
-        with open_binary(corpus_file.path) as stream:
+        with open_binary(corpus_file.path, opener) as stream:
             while True:
                 raw = stream.readline(MAX_JSON_LINE_BYTES + 1)
                 if not raw:

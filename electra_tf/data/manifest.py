@@ -90,9 +90,11 @@ def merge_pack_results(results: List[dict], max_seq_length: int) -> BuildTotals:
 
 def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTotals,
                    shards: Dict[str, List[dict]], started_at: datetime, elapsed: float,
-                   phases: Dict[str, float], inputs_name: Optional[str]) -> dict:
+                   phases: Dict[str, float], inputs_name: Optional[str],
+                   runner: Optional[dict] = None) -> dict:
     """The manifest dict (see the module docstring); `config` is the resolved BuildConfig and
-    `plan` the builder's plan (process and shard counts, bucket layouts)."""
+    `plan` the builder's plan (process and shard counts, bucket layouts); `runner` names the
+    engine that ran the build (default: the local builder)."""
     splits, read = totals.pack.splits, totals.read
     total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
     for stats in splits.values():
@@ -123,6 +125,7 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "seed": config.seed,
         "eval_fraction": config.eval_fraction,
         "corpus_dir": config.corpus_dir,
+        "runner": runner or {"name": "local", "num_processes": plan.num_processes},
         "num_processes": plan.num_processes,
         "num_out_files_requested": plan.num_out_files,
         "num_eval_files_requested": plan.num_eval_files,
