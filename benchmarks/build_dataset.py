@@ -131,11 +131,11 @@ def _tree_rss_mb(root_pid):
     return total / 1024
 
 
-def run_build(config):
-    """Runs build_dataset(config) in a fresh process; returns timing, manifest and RSS."""
-    proc = subprocess.Popen([sys.executable, "-c", _BUILD_DRIVER.format(root=REPO_ROOT),
-                             json.dumps(config)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+def run_build(config, driver=_BUILD_DRIVER, python=sys.executable):
+    """Runs build_dataset(config) (or another `driver`) in a fresh process; returns timing,
+    manifest and RSS."""
+    proc = subprocess.Popen([python, "-c", driver.format(root=REPO_ROOT), json.dumps(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = [0.0]
 
     def sample():

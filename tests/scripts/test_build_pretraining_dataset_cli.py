@@ -54,7 +54,8 @@ def test_help_documents_every_flag():
                  "--num-processes", "--blanks-separate-docs", "--no-blanks-separate-docs",
                  "--do-lower-case", "--no-lower-case", "--strip-accents", "--no-strip-accents",
                  "--num-out-files", "--seed", "--overwrite", "--eval-fraction", "--learn-vocab",
-                 "--input-format", "--jsonl-text-field", "--bad-input", "--shuffle-memory-mb"]:
+                 "--input-format", "--jsonl-text-field", "--bad-input", "--shuffle-memory-mb",
+                 "--runner", "DirectRunner", "DataflowRunner", "[beam]"]:
         assert flag in result.stdout, flag
 
 
@@ -203,3 +204,44 @@ def test_jsonl_input_counts_a_bad_line_or_stops_at_it(inputs):
     assert manifest["input_format"] == "jsonl" and manifest["counts"]["documents"] == 2
     result = run_cli(*args, "--input-format", "jsonl", "--bad-input", "error", "--overwrite")
     assert_one_line_error(result, "dump.jsonl.gz", "line 2", "no field 'text'")
+
+
+def _one_line_error(capsys, code, *fragments):
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if ": error: " in line]
+    assert len(errors) == 1, err
+    for fragment in fragments:
+        assert fragment in errors[0], errors[0]
+
+
+def test_beam_runner_without_beam_is_one_line_naming_the_extra(inputs, monkeypatch, capsys):
+    script = _load_script()
+    monkeypatch.setitem(sys.modules, "apache_beam", None)  # `import apache_beam` fails
+    code = script.main(base_args(inputs) + ["--runner", "DirectRunner"])
+    _one_line_error(capsys, code, "--runner DirectRunner needs Apache Beam",
+                    "pip install -e '.[beam]'")
+    assert not os.path.exists(inputs["out"])
+
+
+def test_beam_options_need_a_beam_runner(inputs):
+    result = run_cli(*base_args(inputs), "--direct_num_workers", "2")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --direct_num_workers 2" in result.stderr
+
+
+def test_beam_runner_passes_its_options_through_and_rejects_unknown_ones(inputs, capsys):
+    pytest.importorskip("apache_beam")
+    script = _load_script()
+    args = base_args(inputs, **{"--max-seq-length": "16"}) + ["--runner", "DirectRunner"]
+    code = script.main(args + ["--direct_num_workers", "1", "--no_such_beam_option", "3"])
+    _one_line_error(capsys, code, "unrecognized arguments: --no_such_beam_option 3")
+    code = script.main(args + ["--num-processes", "2"])
+    _one_line_error(capsys, code, "--num-processes is the local builder's")
+    assert not os.path.exists(inputs["out"])
+    assert script.main(args + ["--direct_num_workers", "1"]) == 0
+    manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
+    assert manifest["runner"]["name"] == "DirectRunner"
+    assert manifest["runner"]["pipeline_args"] == ["--direct_num_workers", "1"]
+    assert "--runner DirectRunner" in manifest["command"]
+    assert manifest["splits"]["train"]["examples"] > 0
