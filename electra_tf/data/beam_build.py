@@ -37,9 +37,10 @@ from electra_tf.data.build_worker import BuildError
 from electra_tf.data.corpus import CorpusError, CorpusFile, list_corpus_files
 from electra_tf.data.formats import InputSettings, estimated_text_bytes
 from electra_tf.data.manifest import build_manifest, merge_pack_results
-from electra_tf.data.output import INPUTS_NAME, TMP_PREFIX, is_our_file, temp_prefix
+from electra_tf.data.output import (INPUTS_NAME, TMP_PREFIX, final_shard_names, is_our_file,
+                                    temp_prefix)
 from electra_tf.data.packing import PackSettings
-from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
+from electra_tf.data.tfrecord_io import MANIFEST_NAME
 from electra_tf.vocab import Vocab, VocabError, load_vocab
 
 __all__ = ["BEAM_EXTRA", "LOCAL_RUNNER", "build_dataset_beam", "import_beam",
@@ -327,16 +328,13 @@ def _install(gfile, config, plan: BeamPlan, shard_counts: Dict[str, Dict[int, in
             logger.info("--overwrite: removed %d files of the previous dataset in %s", removed,
                         output_dir)
     installed = {}
-    for split, prefix in (("train", TRAIN_PREFIX), ("eval", EVAL_PREFIX)):
-        counts = shard_counts.get(split, {})
-        nonempty = sorted(i for i, n in counts.items() if n > 0)  # empty shards are not written
+    for split, shards in final_shard_names(shard_counts).items():
         installed[split] = []
-        for k, i in enumerate(nonempty):
-            name = shard_name(prefix, k, len(nonempty))
+        for i, name, count in shards:
             path = f"{output_dir}/{name}"
             gfile.rename(temp_shard_path(plan.work_dir, split, i, plan.num_shards[split]), path,
                          overwrite=True)
-            installed[split].append({"file": name, "examples": counts[i],
+            installed[split].append({"file": name, "examples": count,
                                      "bytes": gfile.stat(path).length})
     _write_atomic(gfile, output_dir, INPUTS_NAME,
                   "".join(json.dumps(entry) + "\n" for entry in entries))

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import shutil
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
@@ -93,17 +93,29 @@ def install_shards(output_dir: str, overwrite: bool, temp_paths: Sequence[str],
             logger.info("--overwrite: removed %d files of the previous dataset in %s", removed,
                         output_dir)
     entries = {}
+    for split, shards in final_shard_names(shard_counts).items():
+        entries[split] = []
+        for i, name, count in shards:
+            path = os.path.join(output_dir, name)
+            os.replace(shard_tmp[split][i], path)
+            entries[split].append({"file": name, "examples": count,
+                                   "bytes": os.path.getsize(path)})
+    return entries
+
+
+def final_shard_names(shard_counts: Dict[str, Dict[int, int]]
+                      ) -> Dict[str, List[Tuple[int, str, int]]]:
+    """Per split, (planned shard index, final name, examples) of the shards with examples.
+
+    Empty shards are dropped and the rest numbered consecutively (`<prefix>-k-of-m`).
+    """
+    names = {}
     for split, prefix in (("train", TRAIN_PREFIX), ("eval", EVAL_PREFIX)):
         counts = shard_counts.get(split, {})
         nonempty = [i for i in sorted(counts) if counts[i] > 0]
-        entries[split] = []
-        for k, i in enumerate(nonempty):
-            name = shard_name(prefix, k, len(nonempty))
-            path = os.path.join(output_dir, name)
-            os.replace(shard_tmp[split][i], path)
-            entries[split].append({"file": name, "examples": counts[i],
-                                   "bytes": os.path.getsize(path)})
-    return entries
+        names[split] = [(i, shard_name(prefix, k, len(nonempty)), counts[i])
+                        for k, i in enumerate(nonempty)]
+    return names
 
 
 def remove_temporaries(paths: Sequence[str]) -> None:
