@@ -131,22 +131,11 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
 
     gfile = tf.io.gfile
     _check_output_dir(gfile, config.output_dir, config.overwrite)
-    files = list_files(config.corpus_dir)
-    if sum(f.size for f in files) == 0:
-        raise BuildError(f"corpus dir {config.corpus_dir} contains only empty files")
-    if config.learn_vocab is not None:
-        if is_url(config.corpus_dir):
-            raise BuildError("--learn-vocab reads a local corpus; learn the vocab from a local "
-                             "copy and pass it with --vocab-file")
-        local_builder._learn_vocab(config, files)
-    vocab = read_vocab(gfile, config.vocab_file)
-    text_bytes = sum(estimated_text_bytes(f) for f in files)
-    num_out = config.num_out_files or local_builder.default_num_out_files(text_bytes)
-    plan = BeamPlan(num_out, local_builder.num_eval_files(num_out, config.eval_fraction),
-                    temp_prefix(config.output_dir) + "beam")
+    files, vocab, plan = _prepare(gfile, config)
     spec = _pack_spec(config, vocab, plan)
     logger.info("building from %d files (~%.1f MB of text) in %s with Beam's %s into %s",
-                len(files), text_bytes / 1e6, config.corpus_dir, runner, config.output_dir)
+                len(files), sum(estimated_text_bytes(f) for f in files) / 1e6,
+                config.corpus_dir, runner, config.output_dir)
     created_dir = not gfile.isdir(config.output_dir)
     gfile.makedirs(plan.work_dir)
     try:
@@ -171,6 +160,24 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
     _write_atomic(gfile, config.output_dir, MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
     local_builder.log_summary(config, manifest)
     return manifest
+
+
+def _prepare(gfile, config):
+    """The corpus files, the vocab (learned first with --learn-vocab) and the shard plan."""
+    files = list_files(config.corpus_dir)
+    if sum(f.size for f in files) == 0:
+        raise BuildError(f"corpus dir {config.corpus_dir} contains only empty files")
+    if config.learn_vocab is not None:
+        if is_url(config.corpus_dir):
+            raise BuildError("--learn-vocab reads a local corpus; learn the vocab from a local "
+                             "copy and pass it with --vocab-file")
+        local_builder._learn_vocab(config, files)
+    vocab = read_vocab(gfile, config.vocab_file)
+    text_bytes = sum(estimated_text_bytes(f) for f in files)
+    num_out = config.num_out_files or local_builder.default_num_out_files(text_bytes)
+    plan = BeamPlan(num_out, local_builder.num_eval_files(num_out, config.eval_fraction),
+                    temp_prefix(config.output_dir) + "beam")
+    return files, vocab, plan
 
 
 def _pack_spec(config, vocab: Vocab, plan: BeamPlan):
