@@ -4,7 +4,6 @@ raw-text SavedModel export reloaded in a fresh process, and the CLI's error hand
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
@@ -20,9 +18,8 @@ from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.pretrained import PretrainedError, load_pretrained
 from electra_tf.finetuning.classification import ClassificationTask
-from electra_tf.modeling.pretrainer import ElectraPretrainer
-from electra_tf.training import export as pretraining_export
-from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
+from electra_tf.vocab import REQUIRED_TOKENS
+from tests.finetuning_fixtures import tiny_pretrained
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POSITIVE = ["good", "great", "fine"]
@@ -48,30 +45,17 @@ def world(tmp_path_factory):
     """DATA_DIR with a tiny pretraining model dir (+ its exported SavedModel) and a toy task whose
     label is set by one sentiment word among random filler."""
     root = str(tmp_path_factory.mktemp("ft"))
-    vocab_path = os.path.join(root, "vocab.txt")
+    vocab_path = os.path.join(root, "toy_vocab.txt")
     with open(vocab_path, "w") as f:
         f.write("\n".join(list(REQUIRED_TOKENS) + POSITIVE + NEGATIVE + FILLER) + "\n")
-    vocab = load_vocab(vocab_path)
-    config = PretrainingConfig.create("tiny", root, {
-        "vocab_size": vocab.size, "embedding_size": 16, "max_seq_length": SEQ,
-        "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2,
-                                   "num_attention_heads": 2, "intermediate_size": 64}})
-    tf.keras.utils.set_random_seed(1)
-    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
-    model.build_from_sequence_length()
-    os.makedirs(config.model_dir)
-    config.save(os.path.join(config.model_dir, "config.json"))
-    shutil.copyfile(vocab_path, os.path.join(config.model_dir, "vocab.txt"))
-    tf.train.Checkpoint(model=model).save(os.path.join(config.model_dir, "ckpt"))
-    exported = pretraining_export.export_all(model, vocab, config)["discriminator"]
+    world = tiny_pretrained(root, vocab_path, max_seq_length=SEQ)
     rng = random.Random(0)
     task_dir = os.path.join(root, "finetuning_data", "toy")
     os.makedirs(task_dir)
     for split, n in (("train", 192), ("dev", 64), ("test", 64)):
         with open(os.path.join(task_dir, f"{split}.tsv"), "w") as f:
             f.write("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in _rows(rng, n)))
-    return {"root": root, "model_dir": config.model_dir, "export": exported,
-            "discriminator": model.discriminator}
+    return world
 
 
 def _config(world, **hparams):
