@@ -85,8 +85,11 @@ def test_cfg6_qa_defaults(tmp_path):
             config.qa_na_threshold) == (64, 128, 20, 30, 20, 0.5, -2.75)
     assert config.joint_prediction and config.answerable_classifier
     assert config.answerable_uses_start_logits
-    with pytest.raises(ConfigError, match="beam_size .* must be <= max_seq_length"):
-        _config(tmp_path, beam_size=600)
+    from electra_tf.finetuning.qa.task import QATask
+    for hparams, message in (({"beam_size": 600}, r"beam_size \(600\) must be <= max_seq_length"),
+                             ({"max_seq_length": 64}, r"max_query_length \(64\) must leave room")):
+        with pytest.raises(ConfigError, match=message):
+            QATask("squad", _config(tmp_path, task_names=["squad"], **hparams), None)
 
 
 def test_cfg7_debug_reads_the_official_subsets(tmp_path):

@@ -234,8 +234,6 @@ class FinetuningConfig:
             need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
         need(self.answerable_weight >= 0,
              f"answerable_weight must be >= 0, got {self.answerable_weight}")
-        need(self.beam_size <= self.max_seq_length,
-             f"beam_size ({self.beam_size}) must be <= max_seq_length ({self.max_seq_length})")
 
     @property
     def task_names_str(self) -> str:

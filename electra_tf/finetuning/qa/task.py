@@ -66,6 +66,9 @@ class QATask(FinetuningTask):
             raise ConfigError(f"max_query_length ({config.max_query_length}) must leave room for "
                               f"the context: at most max_seq_length - 4 = "
                               f"{config.max_seq_length - 4}")
+        if config.beam_size > config.max_seq_length:
+            raise ConfigError(f"beam_size ({config.beam_size}) must be <= max_seq_length "
+                              f"({config.max_seq_length})")
         self.tokenizer = tokenizer
         self.v2 = name == "squad"
         self.mrqa = name in MRQA_TASKS
