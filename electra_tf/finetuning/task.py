@@ -133,11 +133,11 @@ def feature_or_zeros(features: Dict[str, tf.Tensor], key: str, like: tf.Tensor, 
     return tf.zeros(tf.shape(like)[:1], dtype)
 
 
-def write_json_atomically(path: str, value) -> str:
+def write_json_atomically(path: str, value, sort_keys: bool = True) -> str:
     """Writes `value` as JSON to `path` via a temporary file and a rename; returns path."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True, default=str, ensure_ascii=False)
+        json.dump(value, f, indent=2, sort_keys=sort_keys, default=str, ensure_ascii=False)
         f.write("\n")
     os.replace(path + ".tmp", path)
     return path

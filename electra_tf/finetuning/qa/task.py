@@ -174,16 +174,18 @@ class QATask(FinetuningTask):
         null_odds = {qid: p.null_odds for qid, p in predictions.items()} if self.v2 else None
         qa_dir = os.path.join(context.output_dir, f"{context.tasks_str}_qa")
         prefix = self.name if eval_set.labelled else f"{self.name}_{eval_set.split}"
-        write_json_atomically(os.path.join(qa_dir, f"{prefix}_preds.json"), preds)
+        # In file order, as the official writer.
+        write_json_atomically(os.path.join(qa_dir, f"{prefix}_preds.json"), preds, False)
         if null_odds is not None:
-            write_json_atomically(os.path.join(qa_dir, f"{prefix}_null_odds.json"), null_odds)
+            write_json_atomically(os.path.join(qa_dir, f"{prefix}_null_odds.json"), null_odds,
+                                  False)
         if not eval_set.labelled:
             final = dict(preds)
             if null_odds is not None:
                 threshold = self.config.qa_na_threshold
                 final = {q: ("" if null_odds[q] > threshold else t) for q, t in preds.items()}
             write_json_atomically(test_predictions_path(context, self.name, eval_set.split,
-                                                        "json"), final)
+                                                        "json"), final, False)
             return None
         metrics = self.evaluate(payload.data, preds, null_odds)
         write_json_atomically(os.path.join(qa_dir, f"{self.name}_eval.json"), metrics)
