@@ -105,6 +105,14 @@ def test_saved_model_and_model_dir_starts_load_the_same_encoder_weights(world):
         assert len(pretrained.weights) == len(reference)
         for got, want in zip(pretrained.weights, reference):
             np.testing.assert_array_equal(got, want)
+    # SH-11: the model gets exactly the loaded encoder; its head is fresh (seeded), never loaded.
+    task = ClassificationTask("toy", _config(world), TextEncoder(Tokenizer(from_dir.vocab), SEQ))
+    model = runner.build_model(from_dir, [task], seed=7)
+    for got, want in zip(model.encoder.get_weights(), reference):
+        np.testing.assert_array_equal(got, want)
+    fresh = runner.build_model(from_dir._replace(weights=None), [task], seed=7)
+    for got, want in zip(model.task_heads.get_weights(), fresh.task_heads.get_weights()):
+        np.testing.assert_array_equal(got, want)
     # And a fine-tune starting from the SavedModel trains the encoder it loaded.
     config = _config(world, init_checkpoint=world["export"], num_train_epochs=1, model_dir=os.path.join(
         world["root"], "from_export"), results_json=os.path.join(world["root"], "r", "export.json"),
