@@ -124,6 +124,14 @@ def test_bad_squad_files_are_one_error_naming_file_and_record(tmp_path, content,
         read_squad(str(path), "train", v2=True)
 
 
+def test_dev_questions_need_gold_answers_for_the_evaluation(tmp_path):
+    path = _squad(tmp_path / "dev.json", [{"context": "a b", "qas": [
+        {"id": "x", "question": "q", "answers": [{"answer_start": 0}]}]}])
+    with pytest.raises(DataFileError, match=r"question 'x', answer 0: missing key 'text'"):
+        read_squad(path, "dev", v2=True)
+    assert read_squad(path, "test", v2=True).examples[0].qid == "x"  # predictions only
+
+
 def test_mrqa_reader_first_detected_answer_header_and_bad_lines(tmp_path):
     path = tmp_path / "train.jsonl"
     lines = [{"header": {"dataset": "x"}},

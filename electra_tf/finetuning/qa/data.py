@@ -168,6 +168,7 @@ class _Builder:
     def __init__(self, path: str, split: str, v2: bool, skip_bad_answers: bool):
         self.path = path
         self.train = split == "train"
+        self.scored = split == "dev"  # the evaluation reads its gold answers
         self.v2 = v2
         self.skip_bad_answers = skip_bad_answers
         self.examples: List[QAExample] = []
@@ -207,8 +208,14 @@ class _Builder:
                         logger.warning("%s: skipped: %s", source, e)
                         self.skipped.append(f"{source}: {e}")
                         continue
-            elif mrqa:
-                _need(qa, "answers", list, source)  # the evaluation's gold answers
+            elif self.scored:
+                answers = _need(qa, "answers", list, source)  # the evaluation's gold answers
+                for n_answer, answer in enumerate(answers):
+                    if mrqa:
+                        if not isinstance(answer, str):
+                            raise DataFileError(f"{source}: answer {n_answer} must be a string")
+                    else:
+                        _need(answer, "text", str, f"{source}, answer {n_answer}")
             self.examples.append(QAExample(len(self.examples), qid, question, paragraph,
                                            start_word, end_word, answer_text, is_impossible,
                                            source))
