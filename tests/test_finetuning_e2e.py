@@ -19,7 +19,7 @@ from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.pretrained import PretrainedError, load_pretrained
 from electra_tf.finetuning.classification import ClassificationTask
 from electra_tf.vocab import REQUIRED_TOKENS
-from tests.finetuning_fixtures import tiny_pretrained
+from tests.finetuning_fixtures import TINY_MODEL, corpus_tasks_dir, tiny_pretrained
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POSITIVE = ["good", "great", "fine"]
@@ -177,3 +177,16 @@ def test_cli_reports_bad_input_in_one_line(world):
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 2
     assert "run_finetuning.py: error: Unknown hparam 'learning_rat'; did you mean 'learning_rate'?" in proc.stderr
+
+
+def test_learning_the_source_of_corpus_sentences_beats_the_majority_class(tmp_path):
+    """Classification family: which corpus (austen, foldoc, lee, wiki) a real sentence is from."""
+    raw = corpus_tasks_dir(str(tmp_path / "raw"), ["source"], num_train=800, num_dev=200)
+    config = FinetuningConfig.create("m", os.path.join(REPO_ROOT, "pretrain_data"), dict(
+        TINY_MODEL, task_names=["source"], random_init=True, raw_data_dir=raw, max_seq_length=48,
+        learning_rate=1e-3, num_train_epochs=3, do_export=False, log_steps=1000,
+        results_json=str(tmp_path / "r.json"), results_txt=str(tmp_path / "r.txt")))
+    results = runner.run(config)
+    dev = results["trials"][0]["metrics"]["source"]["dev"]
+    assert results["data"]["source"]["labels"] == ["austen", "foldoc", "lee", "wiki"]
+    assert dev["accuracy"] > 25.0 + 25, dev  # balanced classes: the majority class is 25%

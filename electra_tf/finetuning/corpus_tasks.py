@@ -18,6 +18,8 @@ trivial baseline the fine-tuned model must clearly beat.
 - `chunk` (CoNLL-2000 layout "word POS chunk"): maximal runs of content words are NP chunks,
   numbers NUM chunks, function words and punctuation O (tags B-/I-, the POS column is "X").
   Baseline: the majority tag for each word form seen in training.
+- `source` (a generic classification task, `text<TAB>label` TSV): which corpus a sentence comes
+  from (the file name's prefix: austen, foldoc, lee, wiki). Baseline: the majority class.
 
     python -m electra_tf.finetuning.corpus_tasks --output-dir DIR [--num-train 2000 --num-dev 500]
 
@@ -36,7 +38,7 @@ import sys
 from typing import Dict, List, Sequence, Tuple
 
 DEFAULT_CORPUS = os.path.join("pretrain_data", "corpus")
-TASKS = ("sts", "squadv1", "squad", "newsqa", "chunk")
+TASKS = ("sts", "squadv1", "squad", "newsqa", "chunk", "source")
 FUNCTION_WORDS = frozenset("""
 a an the and or but nor so yet if then than that this these those there here of in on at by for
 with from to into onto upon over under about above below after before between through during
@@ -57,25 +59,58 @@ def read_documents(corpus_dir: str, min_words: int = 6, max_words: int = 40,
     Args:
         corpus_dir: str. One sentence per line, blank lines between documents.
         min_words, max_words: keep sentences with this many whitespace words.
-        limit: stop after this many documents with at least 3 kept sentences.
+        limit: stop after this many documents with at least 3 kept sentences (in total, over
+            the files in name order).
     """
     documents: List[List[str]] = []
     for name in sorted(os.listdir(corpus_dir)):
         if not name.endswith(".txt"):
             continue
-        current: List[str] = []
-        with open(os.path.join(corpus_dir, name), encoding="utf-8", errors="replace") as f:
-            for line in list(f) + [""]:
-                line = " ".join(line.split())
-                if not line:
-                    if len(current) >= 3:
-                        documents.append(current)
-                        if len(documents) >= limit:
-                            return documents
-                    current = []
-                elif min_words <= len(line.split()) <= max_words and "\t" not in line:
-                    current.append(line)
+        documents += read_file_documents(os.path.join(corpus_dir, name), min_words, max_words,
+                                         limit - len(documents))
+        if len(documents) >= limit:
+            break
     return documents
+
+
+def read_file_documents(path: str, min_words: int, max_words: int, limit: int) -> List[List[str]]:
+    """The documents of one corpus file (see `read_documents`)."""
+    documents: List[List[str]] = []
+    current: List[str] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in list(f) + [""]:
+            line = " ".join(line.split())
+            if not line:
+                if len(current) >= 3:
+                    documents.append(current)
+                    if len(documents) >= limit:
+                        return documents
+                current = []
+            elif min_words <= len(line.split()) <= max_words and "\t" not in line:
+                current.append(line)
+    return documents
+
+
+def source_rows(corpus_dir: str, n: Dict[str, int], rng: random.Random, max_words: int):
+    """{split: [(sentence, source)]}: equal numbers of sentences per source (the file prefix),
+    train and dev from different documents."""
+    by_source: Dict[str, List[List[str]]] = collections.defaultdict(list)
+    for name in sorted(os.listdir(corpus_dir)):
+        if name.endswith(".txt"):
+            by_source[name.split("_")[0]] += read_file_documents(
+                os.path.join(corpus_dir, name), 6, max_words, 2000)
+    rows: Dict[str, list] = {split: [] for split in n}
+    for source, documents in sorted(by_source.items()):
+        documents = list(documents)
+        rng.shuffle(documents)
+        cut = max(1, len(documents) // 5)
+        for split, docs in (("train", documents[cut:]), ("dev", documents[:cut])):
+            sentences = [s for d in docs for s in d]
+            rows[split] += [(s, source) for s in rng.sample(sentences, min(len(sentences),
+                                                                            n[split] // len(by_source)))]
+    for split in rows:
+        rng.shuffle(rows[split])
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -282,9 +317,13 @@ def build(output_dir: str, corpus_dir: str = DEFAULT_CORPUS, num_train: int = 20
                 write_mrqa(directory, splits)
             else:
                 write_squad(directory, splits, "2.0" if task == "squad" else "1.1")
-        else:
+        elif task == "chunk":
             write_chunk(directory, {s: task_rng.sample([x for d in parts[s] for x in d],
                                                        sizes[s]) for s in parts})
+        else:
+            for split, rows in source_rows(corpus_dir, sizes, task_rng, max_words).items():
+                with open(os.path.join(directory, f"{split}.tsv"), "w", encoding="utf-8") as f:
+                    f.write("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows))
         out[task] = directory
     return out
 
