@@ -109,8 +109,8 @@ class QAEncoder(tf.Module):
         segments = tf.concat([tf.zeros_like(first), tf.ones_like(second)], axis=1)
         minus_one = tf.RaggedTensor.from_tensor(tf.fill([n_records, 1], -1))
         orig = tf.concat([tf.zeros_like(first) - 1, window_words, minus_one], axis=1)
-        max_context = self._max_context(example, doc_start, length, n_windows, tf.gather(step, example),
-                                        first.row_lengths(), ids.row_lengths())
+        max_context = self._max_context(example, window, doc_start, length, n_windows,
+                                        tf.gather(step, example), first.row_lengths())
         # Padded to max_seq_length as in training (the head's top-k needs beam_size positions).
         shape = [None, self.max_seq_length]
         return {
@@ -127,12 +127,18 @@ class QAEncoder(tf.Module):
             "num_windows": tf.cast(n_windows, tf.int32),
         }
 
-    def _max_context(self, example, doc_start, length, n_windows, step, offset, num_tokens):
+    def _max_context(self, example, window, doc_start, length, n_windows, step, offset):
         """bool [records, seq]: the record is the max-context window of that context position.
 
         Every window of an example starts at k * step (k < n_windows) and holds min(budget,
         n - start) sub-tokens, so the competing windows are enumerated directly; scores in
         float64 as the official Python floats, ties to the earliest window.
+
+        Args:
+            example, window, doc_start, length, step, offset: int64 [records]: the record's
+                question, window index, first context sub-token, context sub-tokens, stride
+                and position of its first context sub-token.
+            n_windows: int64 [batch]. Windows per question.
         """
         seq = self.max_seq_length
         pos = tf.range(seq, dtype=tf.int64)[None, :] - offset[:, None]  # position in window
@@ -161,9 +167,8 @@ class QAEncoder(tf.Module):
         score = tf.where(inside, score, tf.constant(-1e300, tf.float64))
         best = tf.reduce_max(score, axis=1, keepdims=True)
         first_best = tf.reduce_min(tf.where(score >= best, k[None, :, None], max_windows), axis=1)
-        mine = tf.cast(doc_start // step, tf.int64)  # the record's own window index
         in_window = (pos >= 0) & (pos < length[:, None])
-        return in_window & tf.equal(first_best, mine[:, None])
+        return in_window & tf.equal(first_best, window[:, None])
 
     def final_text(self, pred_text: tf.Tensor, orig_text: tf.Tensor):
         """`decoding.get_final_text` of one prediction (scalar strings) in-graph.
@@ -180,18 +185,15 @@ class QAEncoder(tf.Module):
         n_pred = tf.strings.length(pred_text, unit="UTF8_CHAR")
 
         def project():
+            # The first occurrence of pred_text in tok_text (str.find), in characters.
             parts = tf.strings.split(tok_text, sep=pred_text, maxsplit=1)
-            found = tf.size(parts) == 2
             start = tf.strings.length(parts[0], unit="UTF8_CHAR")
             end = start + n_pred - 1
+            # Space-free alignment: both texts must have as many non-space characters.
             orig_ns = tf.not_equal(orig_chars, " ")
             tok_ns = tf.not_equal(tok_chars, " ")
-            same = tf.equal(tf.reduce_sum(tf.cast(orig_ns, tf.int32)),
-                            tf.reduce_sum(tf.cast(tok_ns, tf.int32)))
-            return found & same, start, end, tok_ns, orig_ns
-
-        def finish():
-            ok, start, end, tok_ns, orig_ns = project()
+            ok = (tf.size(parts) == 2) & tf.equal(tf.reduce_sum(tf.cast(orig_ns, tf.int32)),
+                                                   tf.reduce_sum(tf.cast(tok_ns, tf.int32)))
             count = tf.size(tok_chars)
             safe = lambda i: tf.clip_by_value(i, 0, tf.maximum(count - 1, 0))  # noqa: E731
             ok = ok & (count > 0) & (end < count)
@@ -208,122 +210,119 @@ class QAEncoder(tf.Module):
             text = tf.strings.substr(orig_text, orig_start, orig_end - orig_start, unit="UTF8_CHAR")
             return tf.cond(ok & (size > 0), lambda: (text, orig_start, orig_end), lambda: fallback)
 
-        return tf.cond(n_pred > 0, finish, lambda: fallback)
+        return tf.cond(n_pred > 0, project, lambda: fallback)
+
+
+def _candidate_grid(outputs, joint: bool, beam: int, n_best: int):
+    """(start, end, score) [records, k, k] of every candidate, in the official order."""
+    if joint:
+        start_grid = tf.broadcast_to(outputs["start_top_index"][:, :, None],
+                                     tf.shape(outputs["end_top_index"]))
+        scores = outputs["start_top_log_probs"][:, :, None] + outputs["end_top_log_probs"]
+        return start_grid, outputs["end_top_index"], scores
+    start_scores, starts = tf.math.top_k(outputs["start_logits"], k=n_best)
+    end_scores, ends = tf.math.top_k(outputs["end_logits"], k=n_best)
+    start_grid = tf.broadcast_to(starts[:, :, None], [tf.shape(starts)[0], n_best, n_best])
+    end_grid = tf.broadcast_to(ends[:, None, :], tf.shape(start_grid))
+    return start_grid, end_grid, start_scores[:, :, None] + end_scores[:, None, :]
+
+
+def _best_candidates(records, start_grid, end_grid, scores, max_answer_length: int):
+    """The best surviving candidate of each question.
+
+    Returns:
+        (found bool [batch], score [batch], record int32 [batch], start, end int32 [batch]).
+    """
+    example, offset, length = records["example"], records["offset"], records["length"]
+    per_record = start_grid.shape[1] * start_grid.shape[2]
+    batch = tf.size(records["num_windows"])
+    first = offset[:, None, None]
+    last = (offset + length)[:, None, None]
+    seq = tf.shape(records["max_context"])[1]
+    start_max_context = tf.gather(records["max_context"], tf.minimum(start_grid, seq - 1),
+                                  batch_dims=1)
+    valid = ((start_grid != 0) & (start_grid >= first) & (start_grid < last)
+             & (end_grid >= first) & (end_grid < last) & (end_grid >= start_grid)
+             & (end_grid - start_grid + 1 <= max_answer_length) & start_max_context)
+    flat_scores = tf.reshape(tf.where(valid, scores, _NEG), [-1, per_record])
+    # One row per question: its records in window order, each flattened (start, end) row-major,
+    # so the first maximum is the official stable sort's first entry.
+    window = tf.cast(tf.ragged.range(records["num_windows"]).flat_values, tf.int32)
+    max_windows = tf.reduce_max(tf.concat([records["num_windows"], [0]], 0))
+    where = tf.stack([example, window], 1)
+    slots = tf.scatter_nd(where, flat_scores, [batch, max_windows, per_record])
+    occupied = tf.scatter_nd(where, tf.ones_like(example, tf.bool), [batch, max_windows])
+    slots = tf.concat([tf.reshape(tf.where(occupied[:, :, None], slots, _NEG), [batch, -1]),
+                       tf.fill([batch, 1], _NEG)], 1)  # a sentinel column for empty questions
+    best = _first_argmax(slots)
+    best_score = tf.gather(slots, best, batch_dims=1)
+    found = best_score > _NEG / 2
+    record_of = tf.scatter_nd(where, tf.range(tf.size(example)), [batch, max_windows])
+    record = tf.gather(record_of, tf.minimum(best // per_record, tf.maximum(max_windows - 1, 0)),
+                       batch_dims=1)
+    record = tf.minimum(tf.where(found, record, 0), tf.maximum(tf.size(example) - 1, 0))
+    cell = best % per_record
+    start = tf.gather(tf.gather(tf.reshape(start_grid, [-1, per_record]), record), cell,
+                      batch_dims=1)
+    end = tf.gather(tf.gather(tf.reshape(end_grid, [-1, per_record]), record), cell, batch_dims=1)
+    return found, best_score, record, start, end
+
+
+def _answer(encoder: QAEncoder, records, context, i, record, start, end):
+    """(text, begin, end) of question i's span: `get_final_text` and its context offsets."""
+    ids = tf.gather(records["input_ids"], record)[start:end + 1]
+    pred = tf.strings.reduce_join(tf.gather(encoder.vocab_tokens, ids), separator=" ")
+    pred = tf.strings.regex_replace(pred, " ##", "")
+    pred = tf.strings.regex_replace(pred, "##", "")
+    pred = tf.strings.strip(tf.strings.regex_replace(pred, "\\s+", " "))
+    orig_rows = tf.gather(records["tok_to_orig"], record)
+    first_word, last_word = orig_rows[start], orig_rows[end]
+    words = records["words"][i][first_word:last_word + 1]
+    text, begin, finish = encoder.final_text(pred, tf.strings.reduce_join(words, separator=" "))
+    # A character of orig (the words joined by one space) -> the same character of the context.
+    char_offsets = tf.strings.unicode_decode_with_offsets(context[i], "UTF-8")[1]
+    word_starts = tf.cast(tf.searchsorted(char_offsets, records["word_begin"][i], side="left"),
+                          tf.int32)
+    in_orig = tf.cumsum(tf.strings.length(words, unit="UTF8_CHAR") + 1, exclusive=True)
+    k_begin = tf.searchsorted(in_orig, [begin], side="right")[0] - 1
+    k_end = tf.searchsorted(in_orig, [finish - 1], side="right")[0] - 1
+    return (text, word_starts[first_word + k_begin] + begin - in_orig[k_begin],
+            word_starts[first_word + k_end] + finish - in_orig[k_end])
 
 
 def qa_serving(model, task_name: str, tokenizer: Tokenizer, config, v2: bool) -> TaskServing:
     """The `<task>` signature of a QA task (module docstring)."""
     encoder = QAEncoder(tokenizer, config.max_seq_length, config.max_query_length,
                         config.doc_stride)
-    joint = config.joint_prediction
-    beam = config.beam_size
     n_best = min(config.n_best_size, config.max_seq_length)
-    max_answer_length = config.max_answer_length
-    threshold = config.qa_na_threshold
-    use_classifier = config.answerable_classifier
 
     @tf.function(input_signature=[text_spec("question"), text_spec("context")])
     def serve(question, context):
         records = encoder.records(question, context)
         features = {k: records[k] for k in ("input_ids", "input_mask", "segment_ids")}
         outputs = model.task_outputs(features, task_name, training=False)
-        batch = tf.size(question)
-        example = records["example"]
-        offset, length = records["offset"], records["length"]
-        # Candidate grid per record, in the official order.
-        if joint:
-            per_record = beam * beam
-            starts = outputs["start_top_index"]
-            ends = outputs["end_top_index"]
-            start_grid = tf.broadcast_to(starts[:, :, None], tf.shape(ends))
-            end_grid = ends
-            scores = outputs["start_top_log_probs"][:, :, None] + outputs["end_top_log_probs"]
-        else:
-            per_record = n_best * n_best
-            start_scores, starts = tf.math.top_k(outputs["start_logits"], k=n_best)
-            end_scores, ends = tf.math.top_k(outputs["end_logits"], k=n_best)
-            start_grid = tf.broadcast_to(starts[:, :, None], [tf.shape(starts)[0], n_best, n_best])
-            end_grid = tf.broadcast_to(ends[:, None, :], tf.shape(start_grid))
-            scores = start_scores[:, :, None] + end_scores[:, None, :]
-        first = offset[:, None, None]
-        last = (offset + length)[:, None, None]
-        seq = tf.shape(records["max_context"])[1]
-        start_max_context = tf.gather(records["max_context"], tf.minimum(start_grid, seq - 1),
-                                      batch_dims=1)
-        valid = ((start_grid != 0) & (start_grid >= first) & (start_grid < last)
-                 & (end_grid >= first) & (end_grid < last) & (end_grid >= start_grid)
-                 & (end_grid - start_grid + 1 <= max_answer_length) & start_max_context)
-        flat_scores = tf.reshape(tf.where(valid, scores, _NEG), [-1, per_record])
-        # Rank candidates within each question: records of a question are consecutive, so its
-        # candidates, flattened, are in (window, start, end) order.
-        window = tf.cast(tf.ragged.range(records["num_windows"]).flat_values, tf.int32)
-        max_windows = tf.reduce_max(tf.concat([records["num_windows"], [0]], 0))
-        slots = tf.scatter_nd(tf.stack([example, window], 1), flat_scores,
-                              [batch, max_windows, per_record])
-        occupied = tf.scatter_nd(tf.stack([example, window], 1), tf.ones_like(example, tf.bool),
-                                 [batch, max_windows])
-        slots = tf.where(occupied[:, :, None], slots, _NEG)
-        flat = tf.reshape(slots, [batch, -1])
-        best = _first_argmax(tf.concat([flat, tf.fill([batch, 1], _NEG)], 1))
-        best_score = tf.gather(tf.concat([flat, tf.fill([batch, 1], _NEG)], 1), best, batch_dims=1)
-        found = best_score > _NEG / 2
-        best_window = best // per_record
-        best_cell = best % per_record
-        record_of = tf.scatter_nd(tf.stack([example, window], 1), tf.range(tf.size(example)),
-                                  [batch, max_windows])
-        record = tf.gather(record_of, tf.minimum(best_window, tf.maximum(max_windows - 1, 0)),
-                           batch_dims=1)
-        safe_record = tf.minimum(tf.where(found, record, 0), tf.maximum(tf.size(example) - 1, 0))
-        start_pos = tf.gather(tf.reshape(start_grid, [-1, per_record]), safe_record)
-        end_pos = tf.gather(tf.reshape(end_grid, [-1, per_record]), safe_record)
-        start_pos = tf.gather(start_pos, best_cell, batch_dims=1)
-        end_pos = tf.gather(end_pos, best_cell, batch_dims=1)
+        grid = _candidate_grid(outputs, config.joint_prediction, config.beam_size, n_best)
+        found, score, record, start, end = _best_candidates(records, *grid,
+                                                            config.max_answer_length)
         # Null odds: the minimum answerable logit (or start[0] + end[0]) over the windows.
-        if use_classifier:
+        if config.answerable_classifier:
             record_null = outputs["answerable_logit"]
         else:
             record_null = outputs["start_logits"][:, 0] + outputs["end_logits"][:, 0]
-        null = tf.math.unsorted_segment_min(record_null, example, batch)
+        null = tf.math.unsorted_segment_min(record_null, records["example"], tf.size(question))
         null = tf.where(records["num_windows"] > 0, null, NULL_SCORE_INIT)
-        if not use_classifier:
-            null = null - tf.where(found, best_score, 0.0)
-
-        def answer_of(i):
-            r = safe_record[i]
-            s, e = start_pos[i], end_pos[i]
-            ids = tf.gather(records["input_ids"], r)[s:e + 1]
-            pieces = tf.gather(encoder.vocab_tokens, ids)
-            pred = tf.strings.reduce_join(pieces, separator=" ")
-            pred = tf.strings.regex_replace(pred, " ##", "")
-            pred = tf.strings.regex_replace(pred, "##", "")
-            pred = tf.strings.strip(tf.strings.regex_replace(pred, "\\s+", " "))
-            orig_rows = tf.gather(records["tok_to_orig"], r)
-            first_word, last_word = orig_rows[s], orig_rows[e]
-            words = records["words"][i]
-            orig = tf.strings.reduce_join(words[first_word:last_word + 1], separator=" ")
-            text, begin, end = encoder.final_text(pred, orig)
-            # orig character -> context character: words joined by one space in orig.
-            char_offsets = tf.strings.unicode_decode_with_offsets(context[i], "UTF-8")[1]
-            word_starts = tf.cast(tf.searchsorted(char_offsets,
-                                                  records["word_begin"][i], side="left"), tf.int32)
-            lengths = tf.strings.length(words[first_word:last_word + 1], unit="UTF8_CHAR")
-            in_orig = tf.cumsum(lengths + 1, exclusive=True)  # each word's start in orig
-            k_begin = tf.searchsorted(in_orig, [begin], side="right")[0] - 1
-            k_end = tf.searchsorted(in_orig, [end - 1], side="right")[0] - 1
-            context_begin = word_starts[first_word + k_begin] + begin - in_orig[k_begin]
-            context_end = word_starts[first_word + k_end] + end - in_orig[k_end]
-            return text, context_begin, context_end
-
-        def empty(i):
-            del i
-            return tf.constant(EMPTY_PREDICTION), tf.constant(-1), tf.constant(-1)
-
+        if not config.answerable_classifier:
+            null = null - tf.where(found, score, 0.0)
+        empty = (tf.constant(EMPTY_PREDICTION), tf.constant(-1), tf.constant(-1))
         texts, begins, ends = tf.map_fn(
-            lambda i: tf.cond(found[i], lambda: answer_of(i), lambda: empty(i)),
-            tf.range(batch), fn_output_signature=(tf.string, tf.int32, tf.int32))
-        has_answer = found & (null <= threshold) if v2 else found
+            lambda i: tf.cond(found[i],
+                              lambda: _answer(encoder, records, context, i, record[i], start[i],
+                                              end[i]),
+                              lambda: empty),
+            tf.range(tf.size(question)), fn_output_signature=(tf.string, tf.int32, tf.int32))
+        has_answer = found & (null <= config.qa_na_threshold) if v2 else found
         return {"answer": texts, "answer_start": begins, "answer_end": ends,
-                "score": tf.where(found, best_score, 0.0), "null_odds": null,
+                "score": tf.where(found, score, 0.0), "null_odds": null,
                 "has_answer": has_answer}
 
     return TaskServing({task_name: serve}, {"encoder": encoder})
