@@ -338,6 +338,8 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
                                        config.task_names_str)
                 for task in tasks:
                     for eval_set in eval_sets[task.name]:
+                        if not eval_set.labelled and not context.write_test_outputs:
+                            continue  # nothing to score or write
                         outputs = predict(model, task.name, eval_set.features,
                                           config.predict_batch_size)
                         values = task.score(eval_set, outputs, context)
