@@ -199,8 +199,10 @@ def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarr
         {output name: numpy [n, ...]}.
     """
     features = prefixed(task_name, features)
+    # One trace for every batch size (the last batch is smaller).
+    spec = {k: tf.TensorSpec([None, *v.shape[1:]], tf.as_dtype(v.dtype)) for k, v in features.items()}
 
-    @tf.function
+    @tf.function(input_signature=[spec])
     def forward(batch):
         return model.task_outputs(batch, task_name, training=False)
 
