@@ -4,6 +4,7 @@ SH-1, SH-2, SH-12; docs/parity.md)."""
 import json
 import logging
 import os
+import re
 
 import numpy as np
 import pytest
@@ -202,3 +203,40 @@ def test_sh12_results_txt_official_lines_rewritten_after_every_trial(tmp_path, m
     assert lines[:3] == [first[0], "sts: pearson: 89.00 - spearman: 88.00 - mse: 0.03 - loss: 0.03",
                          "sts test: pearson: 80.00"]
     assert json.load(open(config.results_json))["trials"][1]["trial"] == 2
+
+
+@pytest.mark.parametrize("task,files,message", [
+    ("squad", {"train.json": '{"data": [{"paragraphs": [{"context": "I drank milk", "qas": [{"id": '
+                             '"q7", "question": "what", "is_impossible": false, "answers": [{"text": '
+                             '"tea", "answer_start": 8}]}]}]}]}'},
+     r"squad/train.json: article 0, paragraph 0, question 'q7': the answer text 'tea' is not at "
+     r"character 8"),
+    ("chunk", {"train.txt": "The DT B-NP\ndog B-NP\n\n"}, r"chunk/train.txt:2: expected 3 fields"),
+    ("sts", {"train.tsv": "h1\th2\th3\na\tb\t7\n"}, r"sts/train.tsv:2: label 7.0 is outside"),
+])
+def test_cli_bad_task_files_are_one_line_naming_file_and_record(tmp_path, capsys, task, files,
+                                                                 message):
+    import run_finetuning
+    from tests.finetuning_fixtures import write_vocab
+
+    write_vocab(str(tmp_path / "vocab.txt"), ["a", "b", "the", "dog", "milk"])
+    for name, text in files.items():
+        path = tmp_path / "finetuning_data" / task / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    hparams = json.dumps({"task_names": [task], "random_init": True, "vocab_size": 40,
+                          "model_hparam_overrides": {"hidden_size": 8, "num_hidden_layers": 1,
+                                                     "num_attention_heads": 1,
+                                                     "intermediate_size": 8},
+                          "embedding_size": 8, "max_seq_length": 32, "max_query_length": 8})
+    logger = logging.getLogger("electra_tf")
+    level = logger.level
+    try:
+        code = run_finetuning.main(["--data-dir", str(tmp_path), "--model-name", "m", "--hparams",
+                                    hparams, "--quiet"])
+    finally:
+        logger.setLevel(level)  # main() sets the package's log level
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("run_finetuning.py: error: ")
+    assert re.search(message, err[0]), err[0]
