@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.corpus_tasks import numbers_of
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.pretrained import load_pretrained
 from electra_tf.finetuning.qa import evaluation
@@ -27,8 +27,8 @@ DATA_DIR = os.path.join(REPO_ROOT, "pretrain_data")
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
-    return corpus_tasks_dir(str(tmp_path_factory.mktemp("qa_raw")), ["squad", "squadv1", "newsqa"],
-                            num_train=1200, num_dev=150)
+    return corpus_tasks_dir(str(tmp_path_factory.mktemp("qa_raw")), ["squad", "newsqa"],
+                            num_train=200, num_dev=150)
 
 
 def _config(raw, tmp_path, task, **hparams):
@@ -109,27 +109,34 @@ def test_qa27_prediction_files_and_test_split_outputs(raw, tmp_path):
 
 
 def _baselines(raw, task):
-    """EM of answering with the context's first word and with its first sentence."""
+    """EM of answering with the context's first word and its first number (a year or another
+    whole number), and F1 of answering with its first sentence."""
     dataset = json.load(open(os.path.join(raw, task, "dev.json")))["data"]
-    first_word, first_sentence = {}, {}
+    first_word, first_number, first_sentence = {}, {}, {}
     for article in dataset:
         for p in article["paragraphs"]:
             for qa in p["qas"]:
                 first_word[qa["id"]] = p["context"].split()[0]
+                numbers = numbers_of(p["context"])
+                first_number[qa["id"]] = numbers[0][1] if numbers else ""
                 first_sentence[qa["id"]] = p["context"].split(". ")[0]
     return (evaluation.evaluate_v1(dataset, first_word)["exact_match"],
+            evaluation.evaluate_v1(dataset, first_number)["exact_match"],
             evaluation.evaluate_v1(dataset, first_sentence)["f1"])
 
 
 @pytest.mark.slow
-def test_learning_squadv1_beats_the_baselines_and_the_export_serves_it(raw, tmp_path):
+def test_learning_squadv1_beats_the_baselines_and_the_export_serves_it(tmp_path):
+    """Questions need their "what year" / "how many" to pick one of two numbers."""
+    raw = corpus_tasks_dir(str(tmp_path / "raw"), ["squadv1"], num_train=2400, num_dev=300)
     config = _config(raw, tmp_path, "squadv1", max_seq_length=96, max_query_length=32,
-                     doc_stride=64, learning_rate=1e-3, num_train_epochs=3, do_export=True)
+                     doc_stride=64, learning_rate=1e-3, num_train_epochs=4, do_export=True)
     results = runner.run(config)
     dev = results["trials"][0]["metrics"]["squadv1"]["dev"]
-    first_word_em, first_sentence_f1 = _baselines(raw, "squadv1")
-    assert dev["exact_match"] > first_word_em + 30 and dev["f1"] > first_sentence_f1 + 20, (
-        dev, first_word_em, first_sentence_f1)
+    first_word_em, first_number_em, first_sentence_f1 = _baselines(raw, "squadv1")
+    assert dev["exact_match"] > first_word_em + 30, (dev, first_word_em)
+    assert dev["exact_match"] > first_number_em + 10, (dev, first_number_em)
+    assert dev["f1"] > first_sentence_f1 + 30, (dev, first_sentence_f1)
     # The export, reloaded in a fresh process, answers as the in-memory model decodes.
     export = results["trials"][0]["export"]
     data = json.load(open(os.path.join(raw, "squadv1", "dev.json")))["data"][0]["paragraphs"][:8]
@@ -154,5 +161,3 @@ def test_learning_squadv1_beats_the_baselines_and_the_export_serves_it(raw, tmp_
     assert served["answer"] == [preds[p["qas"][0]["id"]] for p in data]
     for context, answer, start in zip(contexts, served["answer"], served["start"]):
         assert context[start:start + len(answer)] == answer
-    assert np.mean([a == p["qas"][0]["answers"][0]["text"]
-                    for a, p in zip(served["answer"], data)]) >= 0.5

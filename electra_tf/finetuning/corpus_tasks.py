@@ -9,12 +9,13 @@ trivial baseline the fine-tuned model must clearly beat.
 - `sts` (regression, STS-B TSV): sentence b is the first k of the n words of sentence a; score =
   5 k / n (how much of a b covers, 0 to 5). Baseline: a constant prediction (correlation 0).
 - `squadv1`, `squad` (SQuAD 1.1 / 2.0 JSON) and `newsqa` (MRQA JSON Lines): the context is 2-4
-  consecutive sentences of a document holding a year (1500-2099) or an amount (another whole
-  number) that occurs once in it; the question is that number's sentence with the number
+  consecutive sentences of a document holding both a year (1500-2099) and an amount (another
+  whole number), the asked kind once; the question is that number's sentence with the number
   replaced by "what year" or "how many"; the answer is the number at its character offset. In
   `squad` a third of the questions are unanswerable: the question comes from another document
-  and asks for a kind of number the context does not hold. Baselines: the first word of the
-  context, the first number of the context, and (squad) "always no answer".
+  and asks for a kind of number the context does not hold (it holds the other kind). Baselines:
+  the first word of the context, its first sentence, its first number, and (squad) "always no
+  answer".
 - `chunk` (CoNLL-2000 layout "word POS chunk"): maximal runs of content words are NP chunks,
   numbers NUM chunks, function words and punctuation O (tags B-/I-, the POS column is "X").
   Baseline: the majority tag for each word form seen in training.
@@ -167,50 +168,64 @@ def _question(sentence: str, number: Tuple[str, str, int, int]) -> str:
     return " ".join(words)
 
 
+def _windows(documents: Sequence[Sequence[str]]):
+    """(answerable, one_kind, asked): windows of 2-4 consecutive sentences holding both kinds of
+    number, windows holding numbers of one kind only, and {kind: [(document, sentence, number)]}.
+    """
+    numbers = [[numbers_of(sentence) for sentence in document] for document in documents]
+    answerable, one_kind = [], []
+    asked: Dict[str, list] = {kind: [] for kind in QUESTION_WORDS}
+    for d, document in enumerate(documents):
+        for i, found in enumerate(numbers[d]):
+            for number in found:
+                asked[number[0]].append((d, i, number))
+        for size in (2, 3, 4):
+            for first in range(len(document) - size + 1):
+                kinds = collections.Counter(x[0] for row in numbers[d][first:first + size]
+                                            for x in row)
+                if len(kinds) == 2 and min(kinds.values()) == 1:
+                    answerable.append((d, first, size))
+                elif len(kinds) == 1:
+                    one_kind.append((d, first, size, next(iter(kinds))))
+    return answerable, one_kind, asked, numbers
+
+
 def qa_paragraphs(documents: Sequence[Sequence[str]], n: int, rng: random.Random,
-                  unanswerable_fraction: float) -> List[dict]:
-    """SQuAD-style paragraphs {context, qas}, one question each (module docstring)."""
+                  unanswerable_fraction: float, windows=None) -> List[dict]:
+    """SQuAD-style paragraphs {context, qas}, one question each (module docstring).
+
+    Args:
+        windows: `_windows(documents)`, when already computed.
+    """
+    answerable, one_kind, asked, numbers = windows or _windows(documents)
+    if not answerable or (unanswerable_fraction and not one_kind):
+        raise ValueError("the corpus has too few passages holding both a year and another number")
     paragraphs = []
-    attempts = 0
     while len(paragraphs) < n:
-        attempts += 1
-        if attempts > 200 * n + 1000:
-            raise ValueError(f"the corpus has too few sentences with years or numbers for {n} "
-                             "questions")
-        document = documents[rng.randrange(len(documents))]
-        size = min(len(document), rng.randint(2, 4))
-        first = rng.randint(0, len(document) - size)
-        sentences = document[first:first + size]
-        context = " ".join(sentences)
-        starts = [sum(len(s) + 1 for s in sentences[:i]) for i in range(size)]
-        numbers = [(kind, text, index, starts[i] + offset)
-                   for i, sentence in enumerate(sentences)
-                   for kind, text, index, offset in numbers_of(sentence)]
-        kinds = collections.Counter(kind for kind, *_ in numbers)
         qid = f"q{len(paragraphs)}"
         if rng.random() < unanswerable_fraction:
-            kind = rng.choice(sorted(QUESTION_WORDS))
-            if kinds[kind]:
+            d, first, size, present = rng.choice(one_kind)
+            kind = next(k for k in QUESTION_WORDS if k != present)
+            other, sentence_index, number = rng.choice(asked[kind])
+            if other == d:
                 continue
-            other = rng.choice(documents)
-            asked = [(s, x) for s in other for x in numbers_of(s) if x[0] == kind]
-            if not asked or other is document:
-                continue
-            sentence, number = rng.choice(asked)
+            context = " ".join(documents[d][first:first + size])
+            question = _question(documents[other][sentence_index], number)
             paragraphs.append({"context": context, "qas": [{
-                "id": qid, "question": _question(sentence, number), "answers": [],
-                "is_impossible": True}]})
+                "id": qid, "question": question, "answers": [], "is_impossible": True}]})
             continue
-        unique = [x for x in numbers if kinds[x[0]] == 1]
-        if not unique:
-            continue
-        kind, text, index, offset = rng.choice(unique)
-        i = max(j for j in range(size) if starts[j] <= offset)
-        question = _question(sentences[i], (kind, text, index, offset))
+        d, first, size = rng.choice(answerable)
+        sentences = documents[d][first:first + size]
+        context = " ".join(sentences)
+        starts = [sum(len(s) + 1 for s in sentences[:i]) for i in range(size)]
+        found = [(i, x) for i in range(size) for x in numbers[d][first + i]]
+        kinds = collections.Counter(x[0] for _, x in found)
+        i, (kind, text, index, offset) = rng.choice([(i, x) for i, x in found if kinds[x[0]] == 1])
+        offset += starts[i]
         assert context[offset:offset + len(text)] == text
         paragraphs.append({"context": context, "qas": [{
-            "id": qid, "question": question, "is_impossible": False,
-            "answers": [{"text": text, "answer_start": offset}]}]})
+            "id": qid, "question": _question(sentences[i], (kind, text, index, offset)),
+            "is_impossible": False, "answers": [{"text": text, "answer_start": offset}]}]})
     return paragraphs
 
 
@@ -303,6 +318,7 @@ def build(output_dir: str, corpus_dir: str = DEFAULT_CORPUS, num_train: int = 20
     parts = {"train": documents[cut:], "dev": documents[:cut]}
     sizes = {"train": num_train, "dev": num_dev}
     out = {}
+    qa_windows = {}
     for task in tasks:
         directory = os.path.join(output_dir, task)
         os.makedirs(directory, exist_ok=True)
@@ -312,7 +328,11 @@ def build(output_dir: str, corpus_dir: str = DEFAULT_CORPUS, num_train: int = 20
                                   for s in parts})
         elif task in ("squadv1", "squad", "newsqa"):
             fraction = 1 / 3 if task == "squad" else 0.0
-            splits = {s: qa_paragraphs(parts[s], sizes[s], task_rng, fraction) for s in parts}
+            for split in parts:
+                if split not in qa_windows:
+                    qa_windows[split] = _windows(parts[split])
+            splits = {s: qa_paragraphs(parts[s], sizes[s], task_rng, fraction, qa_windows[s])
+                      for s in parts}
             if task == "newsqa":
                 write_mrqa(directory, splits)
             else:
