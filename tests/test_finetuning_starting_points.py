@@ -4,7 +4,6 @@ raw-text exports of each (tasks built from the default corpus; a tiny pretrained
 
 import os
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -94,14 +93,30 @@ def test_newsqa_from_random_init(world):
     assert set(results["trials"][0]["metrics"]["newsqa"]["dev"]) == {"exact_match", "f1"}
 
 
-def test_one_run_of_three_families_shares_the_encoder_and_exports_every_signature(world):
-    config, results = _run(world, ["sts", "chunk", "squadv1"], layerwise_lr_decay=0.5)
+def test_one_run_of_three_families_shares_the_encoder(world):
+    config, results = _run(world, ["sts", "chunk", "squadv1"], layerwise_lr_decay=0.5,
+                           do_export=False)
     assert set(results["trials"][0]["metrics"]) == {"sts", "chunk", "squadv1"}
     records = sum(results["data"][t]["train" if t != "squadv1" else "train_records"]
                   for t in ("chunk", "squadv1")) + 2 * 64
     assert results["trials"][0]["steps"] == -(-records // 32)  # one epoch over every record
-    model = tf.saved_model.load(results["trials"][0]["export"])
-    assert sorted(model.signatures) == ["chunk", "chunk_ids", "serving_default", "squadv1", "sts",
-                                        "sts_ids"]
-    out = model.signatures["serving_default"](text=tf.constant(["a b"]), text_b=tf.constant(["a"]))
-    assert np.isfinite(out["predictions"].numpy()).all()
+    lines = open(config.results_txt).read().splitlines()
+    assert [line.split(":")[0] for line in lines[:3]] == ["sts", "chunk", "squadv1"]
+
+
+def test_an_export_serves_every_task_of_the_run():
+    from electra_tf.finetuning.export import FinetunedModule, TaskServing
+
+    class Fake:
+        def __init__(self, name, labels=None):
+            self.name, self.labels = name, labels
+
+        def serving(self, model):
+            fn = tf.function(lambda text: {"x": text}, input_signature=[tf.TensorSpec([None], tf.string)])
+            return TaskServing({self.name: fn, f"{self.name}_ids": fn})
+
+    module = FinetunedModule(None, [Fake("sts"), Fake("chunk", ("B-NP", "O")), Fake("cola", ("0", "1"))])
+    assert sorted(module.signature_functions) == ["chunk", "chunk_ids", "cola", "cola_ids",
+                                                  "serving_default", "sts", "sts_ids"]
+    assert module.signature_functions["serving_default"] is module.signature_functions["sts"]
+    assert module.labels == {"chunk": ["B-NP", "O"], "cola": ["0", "1"]}
