@@ -14,7 +14,6 @@ from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.corpus_tasks import numbers_of
-from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.pretrained import load_pretrained
 from electra_tf.finetuning.qa import evaluation
 from electra_tf.finetuning.qa.serving import qa_serving
