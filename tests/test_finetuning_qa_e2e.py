@@ -27,7 +27,7 @@ DATA_DIR = os.path.join(REPO_ROOT, "pretrain_data")
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     return corpus_tasks_dir(str(tmp_path_factory.mktemp("qa_raw")), ["squad", "newsqa"],
-                            num_train=200, num_dev=150)
+                            num_train=100, num_dev=60)
 
 
 def _config(raw, tmp_path, task, **hparams):
@@ -52,7 +52,7 @@ def test_serving_signature_gives_the_python_decoders_answers(raw, tmp_path, task
     model = runner.build_model(pretrained, [qa], seed=5)  # untrained: answers anywhere
     dev = qa.eval_sets()[0]
     examples = dev.payload.data.examples[:40]
-    assert len(dev.payload.features.windows) > 2 * 150  # several windows per question
+    assert len(dev.payload.features.windows) > 2 * 60  # several windows per question
     outputs = runner.predict(model, task, dev.features, 64)
     decoded = dev.payload.decoder.decode(outputs, dev.features["input_ids"])[:40]
     serve = qa_serving(model, task, tokenizer, config, qa.v2).signature_functions[task]
@@ -91,7 +91,7 @@ def test_qa27_prediction_files_and_test_split_outputs(raw, tmp_path):
     for eval_set in qa.eval_sets():
         outputs = runner.predict(model, "squad", eval_set.features, 64)
         metrics[eval_set.split] = qa.score(eval_set, outputs, context)
-    assert metrics["test"] is None and metrics["dev"]["total"] == 150
+    assert metrics["test"] is None and metrics["dev"]["total"] == 60
     qa_dir = results_dir / "squad_qa"
     preds = json.load(open(qa_dir / "squad_preds.json"))
     odds = json.load(open(qa_dir / "squad_null_odds.json"))
