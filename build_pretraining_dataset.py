@@ -22,7 +22,7 @@ options go among the flags, e.g.
   --runner DirectRunner --direct_num_workers 2 --direct_running_mode multi_processing
   --runner DataflowRunner --project P --region R --temp_location gs://B/tmp \
       --corpus-dir gs://B/corpus --vocab-file gs://B/vocab.txt --output-dir gs://B/data
-(docs/design.md, "Building on a cluster", has the Dataflow, Spark and Flink commands).
+(docs/beam.md, "Building on a cluster", has the Dataflow, Spark and Flink commands).
 """
 
 import argparse

@@ -17,7 +17,9 @@ import tarfile
 
 import pytest
 
-beam = pytest.importorskip("apache_beam")
+from tests.extras import import_extra
+
+beam = import_extra("apache_beam", "beam")
 
 from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
@@ -277,3 +279,36 @@ def test_beam_shards_train_with_run_pretraining(builds, tmp_path):
     assert fx.final_fingerprint(result.stdout + result.stderr)[0] == 3
     results = (data_dir / "models" / "beam_tiny" / "eval_results.txt").read_text()
     assert "loss" in results
+
+
+@pytest.mark.slow
+def test_learn_vocab_then_build_matches_the_local_builder(tmp_path):
+    pytest.importorskip("electra_tf.data.vocab_learning")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, documents in zip(("a.txt", "b.txt"), real_documents(per_source=8).values()):
+        (corpus / name).write_bytes(as_text(documents))
+    built = {}
+    for engine in ("local", "beam"):
+        config = BuildConfig(corpus_dir=str(corpus), learn_vocab=400,
+                             vocab_file=str(tmp_path / engine / "vocab.txt"),
+                             output_dir=str(tmp_path / engine / "pretrain_tfrecords"),
+                             max_seq_length=MAX_SEQ_LENGTH, num_out_files=2, seed=5)
+        built[engine] = (build_dataset(config) if engine == "local"
+                         else beam_build.build_dataset_beam(config, "DirectRunner"))
+    assert built["beam"]["vocab"]["learned"] is True
+    assert built["beam"]["vocab"]["sha256"] == built["local"]["vocab"]["sha256"]
+    assert built["beam"]["vocab"]["size"] == 400
+    assert read_bytes(tmp_path / "beam" / "pretrain_tfrecords") == read_bytes(
+        tmp_path / "local" / "pretrain_tfrecords")
+
+    def data_keys(manifest):  # each engine learned into its own vocab file
+        return {k: dict(v, path=None) if k == "vocab" else v for k, v in manifest.items()
+                if k not in RUN_KEYS}
+
+    assert data_keys(built["beam"]) == data_keys(built["local"])
+    with pytest.raises(BuildError, match="--learn-vocab reads uncompressed plain-text"):
+        (corpus / "c.txt.gz").write_bytes(gzip.compress(b"more text.\n"))
+        beam_build.build_dataset_beam(BuildConfig(
+            corpus_dir=str(corpus), learn_vocab=400, vocab_file=str(tmp_path / "v2.txt"),
+            output_dir=str(tmp_path / "o2")), "DirectRunner")

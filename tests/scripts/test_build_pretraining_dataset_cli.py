@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.extras import import_extra
 from tests.pretraining_fixtures import REPO_ROOT
 SCRIPT = os.path.join(REPO_ROOT, "build_pretraining_dataset.py")
 GOOD_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", "hello", "world", "again"]
@@ -231,7 +232,7 @@ def test_beam_options_need_a_beam_runner(inputs):
 
 
 def test_beam_runner_passes_its_options_through_and_rejects_unknown_ones(inputs, capsys):
-    pytest.importorskip("apache_beam")
+    import_extra("apache_beam", "beam")
     script = _load_script()
     args = base_args(inputs, **{"--max-seq-length": "16"}) + ["--runner", "DirectRunner"]
     code = script.main(args + ["--direct_num_workers", "1", "--no_such_beam_option", "3"])
