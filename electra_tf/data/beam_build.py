@@ -171,7 +171,7 @@ def _prepare(gfile, config):
         if is_url(config.corpus_dir):
             raise BuildError("--learn-vocab reads a local corpus; learn the vocab from a local "
                              "copy and pass it with --vocab-file")
-        local_builder._learn_vocab(config, files)
+        local_builder.learn_corpus_vocab(config, files)
     vocab = read_vocab(gfile, config.vocab_file)
     text_bytes = sum(estimated_text_bytes(f) for f in files)
     num_out = config.num_out_files or local_builder.default_num_out_files(text_bytes)

@@ -200,7 +200,9 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
     return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file)
 
 
-def _learn_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
+def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
+    """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
+    engines: the Beam build learns it on the launcher, before the pipeline)."""
     if config.input_format != "text" or any(is_compressed(f.path) for f in files):
         raise BuildError("--learn-vocab reads uncompressed plain-text corpora only; learn the "
                          "vocab from such a corpus and pass it with --vocab-file")
@@ -307,7 +309,7 @@ def build_dataset(config: BuildConfig) -> dict:
     if sum(f.size for f in files) == 0:
         raise BuildError(f"corpus dir {config.corpus_dir} contains only empty files")
     if config.learn_vocab is not None:
-        _learn_vocab(config, files)
+        learn_corpus_vocab(config, files)
     vocab = load_vocab(config.vocab_file)
     plan = make_plan(config, files)
     spec = WorkerSpec(
