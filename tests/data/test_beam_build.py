@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+from types import SimpleNamespace
 
 import pytest
 
@@ -312,3 +313,55 @@ def test_learn_vocab_then_build_matches_the_local_builder(tmp_path):
         beam_build.build_dataset_beam(BuildConfig(
             corpus_dir=str(corpus), learn_vocab=400, vocab_file=str(tmp_path / "v2.txt"),
             output_dir=str(tmp_path / "o2")), "DirectRunner")
+
+
+def test_worker_errors_reported_as_text_by_a_remote_runner_become_one_line():
+    # Dataflow reports a worker's exception as its traceback's text, not as the exception.
+    remote = RuntimeError(
+        "Dataflow pipeline failed. State: FAILED, Error:\nTraceback (most recent call last):\n"
+        '  File "apache_beam/runners/common.py", line 1498, in process\n'
+        "electra_tf.data.build_worker.BuildError: bad input in gs://b/c/d.jsonl: "
+        "missing_text_field at line 2 [while running 'PackFiles']\n")
+    assert beam_build.user_error(remote) == (
+        "bad input in gs://b/c/d.jsonl: missing_text_field at line 2")
+    try:  # in-process runners re-raise the worker's exception (or chain it)
+        try:
+            raise BuildError("bad input in x.txt: damaged_stream [while running 'PackFiles']")
+        except BuildError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        assert beam_build.user_error(e) == "bad input in x.txt: damaged_stream"
+    assert beam_build.user_error(RuntimeError("KeyError: 'split'")) is None  # a bug: re-raised
+
+
+def test_counters_that_disagree_with_the_per_file_results_are_warned_about(builds, caplog):
+    from apache_beam.metrics.execution import MetricKey, MetricResult
+    from apache_beam.metrics.metricbase import MetricName
+
+    from electra_tf.data.beam_pipeline import COUNTER_NAMESPACE
+
+    on_beam = builds[3]
+    values = dict(on_beam["runner"]["counters"]["values"], tokens=1)  # one counter off
+
+    class Result:
+        def metrics(self):
+            class Query:
+                def query(self, _filter):
+                    return {"counters": [
+                        MetricResult(MetricKey("PackFiles", MetricName(COUNTER_NAMESPACE, k)),
+                                     v, v) for k, v in values.items()]}
+            return Query()
+
+    counts, splits = on_beam["counts"], on_beam["splits"]
+    totals = SimpleNamespace(  # what BuildTotals holds of these counts
+        read=SimpleNamespace(bytes_read=counts["corpus_bytes"]),
+        pack=SimpleNamespace(tokenized_tokens=counts["tokenized_tokens"], splits={
+            split: SimpleNamespace(examples=splits[split]["examples"]) for split in splits}),
+        num_problems=counts["input_problems"])
+    with caplog.at_level("WARNING", logger="electra_tf.data.beam_build"):
+        entry = beam_build._runner_entry(beam, "DirectRunner", [], Result(), totals,
+                                         counts["files"])
+    assert entry["counters"] == {"kind": "committed", "values": dict(sorted(values.items()))}
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == [f"Beam counter tokens = 1, but the per-file results count "
+                      f"{counts['tokenized_tokens']}"]
