@@ -144,18 +144,10 @@ def test_learn_vocab_too_small(inputs):
     assert not os.path.exists(inputs["out"]) and not os.path.exists(learned)
 
 
-def _load_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_pretraining_dataset_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypatch):
-    # Fetching the default data is the script's step, before the (library) build.
-    script = _load_script()
+    # Fetching the default data is the tool's step, before the (library) build.
+    from electra_tf.commands import build_dataset as script
+
     monkeypatch.chdir(tmp_path)
     calls = []
 
