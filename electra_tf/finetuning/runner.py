@@ -41,6 +41,7 @@ from electra_tf.finetuning.model import ElectraClassifier, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.tasks import Example, Task, TaskData, load_task
+from electra_tf.progress import eta_seconds, format_duration
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.strategy import set_inter_op_threads
@@ -155,8 +156,9 @@ def train(model: ElectraClassifier, features: Dict[str, np.ndarray], config: Fin
         if not np.isfinite(loss):
             raise FinetuningError(f"non-finite training loss at step {done}")
         if done % config.log_steps < k or done == steps:
-            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f ex/s", done, steps,
-                        loss, done * config.train_batch_size / max(time.time() - start, 1e-9))
+            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f ex/s, ETA %s", done,
+                        steps, loss, done * config.train_batch_size / max(time.time() - start, 1e-9),
+                        format_duration(eta_seconds(done, steps, time.time() - start)))
     return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
 
 
