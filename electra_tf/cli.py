@@ -101,7 +101,8 @@ def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.p
     from electra_tf.training import trainer
 
     def work():
-        results = trainer.run(pretraining_config_from_args(args), overwrite=args.overwrite)
+        results = trainer.run(pretraining_config_from_args(args), overwrite=args.overwrite,
+                              profile_steps=getattr(args, "profile_steps", 0))
         logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
 
     return run_cli(prog, work,

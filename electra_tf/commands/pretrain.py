@@ -54,6 +54,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="delete an existing run in DATA_DIR/models/MODEL_NAME and start afresh "
                              "(without it, an existing run is resumed); refuses a directory that "
                              "is not a run")
+    parser.add_argument("--profile-steps", type=int, default=0, metavar="N",
+                        help="trace at least N training steps (whole loops, after the first loop, "
+                             "which compiles) for TensorBoard's Profile tab (needs "
+                             "tensorboard-plugin-profile to view); 0: off (default)")
     console.add_verbosity_flags(parser)
     return parser
 

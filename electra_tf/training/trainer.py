@@ -33,8 +33,8 @@ from electra_tf.data import pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (checkpointing, inputs, optimization, preemption, run_dir,
-                                 summaries, train_step)
+from electra_tf.training import (board, checkpointing, inputs, optimization, preemption,
+                                 run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab, load_vocab
 
@@ -53,14 +53,17 @@ class Trainer:
         strategy: optional tf.distribute.Strategy; by default from `config.strategy`.
         overwrite: delete an existing run in `config.model_dir` first (after the checks pass);
             refuses a directory that is not a run (see `run_dir.remove_run`).
+        profile_steps: int. Trace at least this many steps for TensorBoard's profiler
+            (`board.Profiler`; 0: none).
 
     Raises:
         TrainingError, DataError, VocabError, StrategyError: bad inputs, one-line messages.
     """
 
     def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                 overwrite: bool = False):
+                 overwrite: bool = False, profile_steps: int = 0):
         self.config = config
+        self.profile_steps = profile_steps
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                                  config.gcp_project, config.inter_op_threads)
         self.chief = is_chief(self.strategy)
@@ -211,6 +214,8 @@ class Trainer:
     def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
         config = self.config
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
+        board.write_run_info(writer, config, start_step)  # hparams plugin, config text
+        profiler = board.Profiler(config.model_dir, self.profile_steps, self.chief)
         if start_step == 0:
             self._save()  # step-0 checkpoint: a crash in the first chunk loses nothing
         logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
@@ -220,7 +225,9 @@ class Trainer:
         run_start = time.time()
         try:
             while self.step < end_step:
+                profiler.before_loop(self.step)
                 chunk = self._train_chunk(self._chunk_size(end_step))
+                profiler.after_loop(self.step)
                 if chunk:  # empty when stopped before its first step
                     scalars = chunk
                     summaries.write_scalars(writer, self.step, scalars)
@@ -232,6 +239,7 @@ class Trainer:
                 if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
                     self._save()
         finally:
+            profiler.stop(self.step)
             if writer is not None:
                 writer.close()
         if self.chief:
@@ -334,19 +342,20 @@ class Trainer:
 
 
 def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-        overwrite: bool = False) -> dict:
+        overwrite: bool = False, profile_steps: int = 0) -> dict:
     """Trains, evaluates and exports as the config says.
 
     Args:
         config: a resolved PretrainingConfig.
         strategy: optional strategy (default: from `config.strategy`).
         overwrite: delete an existing run first (see `Trainer`).
+        profile_steps: int. Steps to trace for TensorBoard's profiler (see `Trainer`).
 
     Returns:
         {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    trainer = Trainer(config, strategy, overwrite=overwrite)
+    trainer = Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps)
     results = {}
     if config.do_train:
         results["train"] = trainer.train()
