@@ -199,6 +199,22 @@ def start_workers(data_dir: str, model_name: str, hparams: dict, count: int = 2)
     return procs
 
 
+def run_workers_to_end(data_dir: str, model_name: str, hparams: dict, timeout: float,
+                       count: int = 2):
+    """Starts `count` workers (`start_workers`) and waits for all; returns (procs, logs)."""
+    procs = start_workers(data_dir, model_name, hparams, count)
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return procs, logs
+
+
 def read_scalars(model_dir: str, tags) -> Dict[str, Dict[int, float]]:
     """{tag: {step: value}} from every TensorBoard event file in `model_dir`, oldest file first, so
     the last write of a step (a restarted run's) wins. A file cut short by SIGKILL is read up to

@@ -13,3 +13,12 @@ Each module has `build_parser(prog)` and `main(argv=None, prog=...)`: the script
 imports the standard library (and numpy) only, so `--help` is fast; TensorFlow is imported after
 the flags are parsed and logging is set up (`electra_tf.console`).
 """
+
+import textwrap
+
+
+def hparams_epilog(intro: str, names, statuses: str) -> str:
+    """The `--help` epilog: the hparam names (wrapped) under `intro`, then the exit statuses."""
+    return (f"{intro}:\n" + textwrap.fill(", ".join(names), width=96, initial_indent="  ",
+                                         subsequent_indent="  ")
+            + f"\n\nexit status: {statuses}")

@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 
 from electra_tf import console
 from electra_tf.cli import run_cli
+from electra_tf.commands import hparams_epilog
 from electra_tf.finetuning.config import HPARAM_NAMES
 
 PROG = "electra-finetune"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    epilog = ("hparams (official configure_finetuning.py names plus electra-tf additions; see "
-              "docs/finetuning.md; an unknown key is an error):\n"
-              + textwrap.fill(", ".join(HPARAM_NAMES), width=96, initial_indent="  ",
-                              subsequent_indent="  ")
-              + "\n\nexit status: 0 done, 2 bad input (one line on stderr), 130 interrupted.")
+    epilog = hparams_epilog(
+        "hparams (official configure_finetuning.py names plus electra-tf additions; see "
+        "docs/finetuning.md; an unknown key is an error)", HPARAM_NAMES,
+        "0 done, 2 bad input (one line on stderr), 130 interrupted.")
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("electra-finetune", prog),
                                      epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -20,23 +20,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-import textwrap
 
 from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
+from electra_tf.commands import hparams_epilog
 from electra_tf.config import HPARAM_NAMES
 
 PROG = "electra-pretrain"
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    epilog = ("hparams (official configure_pretraining.py names; meanings and defaults in "
-              "docs/config.md; an unknown key is an error):\n"
-              + textwrap.fill(", ".join(HPARAM_NAMES), width=96, initial_indent="  ",
-                              subsequent_indent="  ")
-              + "\n\nexit status: 0 done, 2 bad input (one line on stderr), "
-                f"{EXIT_PREEMPTED} stopped by SIGTERM after saving a checkpoint (rerun the same "
-                "command to resume), 130 interrupted (the latest checkpoint is kept).")
+    epilog = hparams_epilog(
+        "hparams (official configure_pretraining.py names; meanings and defaults in "
+        "docs/config.md; an unknown key is an error)", HPARAM_NAMES,
+        f"0 done, 2 bad input (one line on stderr), {EXIT_PREEMPTED} stopped by SIGTERM after "
+        "saving a checkpoint (rerun the same command to resume), 130 interrupted (the latest "
+        "checkpoint is kept).")
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__.replace("electra-pretrain", prog), epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -140,7 +140,7 @@ def test_installed_tools_fetch_build_pretrain_export_convert(tmp_path):
     assert {"tokenizer.json", "README.md", "model.safetensors"} <= set(os.listdir(work / "hf"))
 
     # The export loads with TensorFlow alone in the installed environment, and fine-tunes.
-    load = ("import tensorflow as tf, sys\n"
+    load = ("import tensorflow as tf, tensorflow_text  # serve_text's ops\n"
             f"m = tf.saved_model.load({str(export)!r})\n"
             "x = {k: tf.ones([1, 5], tf.int32) for k in ('input_ids', 'input_mask', 'segment_ids')}\n"
             "print(m(x)['replaced_probs'].shape, len(m.trainable_variables))\n")

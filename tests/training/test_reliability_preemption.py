@@ -160,14 +160,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(data_
     assert steps[0] == steps[1] < 48, steps
     assert fx.latest_step(model_dir) == steps[0]
 
-    procs = fx.start_workers(data_dir, "mw_term", hparams)
-    try:
-        logs = [p.communicate(timeout=RUN_TIMEOUT)[0] for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    procs, logs = fx.run_workers_to_end(data_dir, "mw_term", hparams, RUN_TIMEOUT)
     fingerprints = []
     for index, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"worker {index} failed on restart:\n{log[-3000:]}"
