@@ -1,6 +1,6 @@
 """The package as a user installs it: build the wheel, install it into a fresh virtualenv outside
 the checkout, and run the installed console scripts through fetch -> build -> a few pretraining
-steps -> export -> Hugging Face conversion, from a directory where the checkout is not
+steps -> export -> fine-tuning -> Hugging Face conversion, from a directory where the checkout is not
 importable.
 
 Offline and quick: the wheel is built without build isolation and installed with `--no-index`;
@@ -13,6 +13,7 @@ artifacts (fetch the default data once first).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,22 @@ def test_installed_tools_fetch_build_pretrain_export_convert(tmp_path):
     assert noise == [], noise  # quiet by default
     export = work / "pretrain_data" / "models" / "tiny" / "export" / "discriminator" / "3"
     assert (export / "saved_model.pb").is_file()
+
+    # fine-tune the run on a task built from the fetched text (the installed corpus_tasks).
+    _run([python, "-m", "electra_tf.finetuning.corpus_tasks", "--output-dir",
+          str(work / "pretrain_data" / "finetuning_data"), "--corpus-dir",
+          str(work / "pretrain_data" / "corpus"), "--tasks", "source", "--num-train", "64",
+          "--num-dev", "32"], str(work), env)
+    tuned = _run([str(bin_dir / "electra-finetune"), "--model-name", "tiny", "--hparams",
+                  json.dumps({"task_names": ["source"], "max_seq_length": 64,
+                              "train_batch_size": 16, "num_train_epochs": 1, "log_steps": 2})],
+                 str(work), env)
+    assert re.search(r"step (\d+)/\1 loss \S+ .*records/s, ETA", tuned.stderr), tuned.stderr[-3000:]
+    noise = [line for line in tuned.stderr.splitlines() if any(n in line for n in NOISE)]
+    assert noise == [], noise  # quiet by default, also while exporting the fine-tuned model
+    assert "results: " in tuned.stdout and "model (trial 1): " in tuned.stdout, tuned.stdout
+    assert (work / "pretrain_data" / "models" / "tiny" / "results" /
+            "source_results.json").is_file()
 
     converted = _run([str(bin_dir / "electra-convert"), "to-hf", "--model-dir",
                       str(work / "pretrain_data" / "models" / "tiny"), "--output-dir", "hf"],
