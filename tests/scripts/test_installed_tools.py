@@ -152,6 +152,7 @@ def test_installed_tools_fetch_build_pretrain_export_convert(tmp_path):
     assert re.search(r"step (\d+)/\1 loss \S+ .*records/s, ETA", tuned.stderr), tuned.stderr[-3000:]
     noise = [line for line in tuned.stderr.splitlines() if any(n in line for n in NOISE)]
     assert noise == [], noise  # quiet by default, also while exporting the fine-tuned model
+    assert "corrupted" not in tuned.stderr, tuned.stderr[-3000:]  # a relative DATA_DIR
     assert "results: " in tuned.stdout and "model (trial 1): " in tuned.stdout, tuned.stdout
     assert (work / "pretrain_data" / "models" / "tiny" / "results" /
             "source_results.json").is_file()
