@@ -1,9 +1,10 @@
 """Command-line glue shared by the scripts: logging, user errors as one line, the exit codes.
 
-Every command-line tool (run_pretraining.py, run_finetuning.py, `python -m electra_tf.convert`,
-pretrain_data/fetch.py, `python -m electra_tf.sources.labelled`) calls `setup_logging` once and
-runs its work through `run_cli`: a user error (`ElectraError`) becomes one line on stderr,
-`PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad usage); Ctrl-C exits 130.
+Every command-line tool (electra_tf/commands/: electra-pretrain or run_pretraining.py, ...;
+`python -m electra_tf.convert`, `python -m electra_tf.sources.labelled`) sets up logging once
+(`electra_tf.console`) and runs its work through `run_cli`: a user error (`ElectraError`)
+becomes one line on stderr, `PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad
+usage); Ctrl-C exits 130; a run stopped by SIGTERM after saving a checkpoint exits 42.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ import logging
 import sys
 from typing import Callable, Optional, Tuple, Type
 
+from electra_tf import console
 from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
-from electra_tf.errors import ElectraError, error_line
+from electra_tf.errors import ElectraError, Preempted, error_line
 
 logger = logging.getLogger("electra_tf")
 
 EXIT_USER_ERROR = 2  # argparse's status for bad usage
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+# Stopped by SIGTERM after saving a checkpoint: rerun to resume. TensorFlow's
+# PreemptionCheckpointHandler exits with the same code by default off Google Cloud, and it is
+# distinct from a crash (1), bad input (2), Ctrl-C (130) and a SIGTERM that killed a process
+# before it could save (143 in a shell).
+EXIT_PREEMPTED = 42
 
 # Error classes of modules that do not derive from ElectraError yet (data/ files being rewritten
 # in parallel): matched only once their module has been imported, so catching them never imports
@@ -33,11 +40,10 @@ _NOT_YET_ELECTRA_ERRORS = (
 )
 
 
-def setup_logging(quiet: bool = False) -> None:
-    """INFO (or, `quiet`, WARNING) lines `HH:MM:SS message` on stderr for electra_tf's loggers."""
-    level = logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("electra_tf").setLevel(level)
+def setup_logging(quiet: bool = False, verbose: bool = False) -> None:
+    """INFO (or, `quiet`, WARNING) lines `HH:MM:SS message` on stderr for electra_tf's loggers;
+    third-party lines only with `verbose` (see `electra_tf.console.setup`)."""
+    console.setup(quiet, verbose)
 
 
 def user_error_types() -> Tuple[Type[BaseException], ...]:
@@ -61,10 +67,14 @@ def run_cli(prog: str, work: Callable[[], Optional[int]],
         interrupted: str. What to print after `prog: ` on Ctrl-C.
 
     Returns:
-        0 (or what `work` returned), EXIT_USER_ERROR after a user error, EXIT_INTERRUPTED.
+        0 (or what `work` returned), EXIT_USER_ERROR after a user error, EXIT_INTERRUPTED,
+        EXIT_PREEMPTED after a stop on SIGTERM.
     """
     try:
         return work() or 0
+    except Preempted as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -86,13 +96,14 @@ def pretraining_config_from_args(args: argparse.Namespace) -> PretrainingConfig:
     return PretrainingConfig.create(args.model_name, args.data_dir, hparams)
 
 
-def run_pretraining_cli(args: argparse.Namespace) -> int:
-    """Runs `run_pretraining.py` (see `run_cli` for errors and exit codes)."""
+def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.py") -> int:
+    """Runs the pretraining tool `prog` (see `run_cli` for errors and exit codes)."""
     from electra_tf.training import trainer
 
     def work():
-        results = trainer.run(pretraining_config_from_args(args), overwrite=args.overwrite)
+        results = trainer.run(pretraining_config_from_args(args), overwrite=args.overwrite,
+                              profile_steps=getattr(args, "profile_steps", 0))
         logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
 
-    return run_cli("run_pretraining.py", work,
+    return run_cli(prog, work,
                    interrupted="interrupted; the latest checkpoint is kept")

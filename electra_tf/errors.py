@@ -20,6 +20,11 @@ class TrainingError(ElectraError, RuntimeError):
     """Training cannot continue (non-finite loss, incompatible or unreadable run directory, ...)."""
 
 
+class Preempted(Exception):
+    """The run was asked to stop (SIGTERM) and saved a checkpoint first: not an error. The
+    command-line tools exit with `electra_tf.cli.EXIT_PREEMPTED`; rerunning resumes."""
+
+
 def error_line(error: BaseException, limit: Optional[int] = 300, whole: bool = False) -> str:
     """One line describing `error`, for a message that embeds it or for the terminal.
 

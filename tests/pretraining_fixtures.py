@@ -185,9 +185,10 @@ def latest_step(model_dir: str) -> Optional[int]:
     return None if path is None else int(path.rsplit("-", 1)[1])
 
 
-def start_workers(data_dir: str, model_name: str, hparams: dict, count: int = 2):
+def start_workers(data_dir: str, model_name: str, hparams: dict, count: int = 2, outputs=None):
     """`count` run_pretraining.py workers of one MultiWorkerMirroredStrategy cluster on free
-    127.0.0.1 ports (TF_CONFIG per worker); stderr is merged into each Popen's stdout."""
+    127.0.0.1 ports (TF_CONFIG per worker); stderr is merged into each Popen's stdout, a pipe or,
+    given `outputs` (one open file per worker), that file (readable while the worker runs)."""
     cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(count)]}
     procs = []
     for index in range(count):
@@ -195,8 +196,25 @@ def start_workers(data_dir: str, model_name: str, hparams: dict, count: int = 2)
             {"cluster": cluster, "task": {"type": "worker", "index": index}}))
         procs.append(subprocess.Popen(
             run_pretraining_command(data_dir, model_name, hparams), env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT))
+            stdout=subprocess.PIPE if outputs is None else outputs[index],
+            stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT))
     return procs
+
+
+def run_workers_to_end(data_dir: str, model_name: str, hparams: dict, timeout: float,
+                       count: int = 2):
+    """Starts `count` workers (`start_workers`) and waits for all; returns (procs, logs)."""
+    procs = start_workers(data_dir, model_name, hparams, count)
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return procs, logs
 
 
 def read_scalars(model_dir: str, tags) -> Dict[str, Dict[int, float]]:

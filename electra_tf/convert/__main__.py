@@ -1,4 +1,4 @@
-"""`python -m electra_tf.convert`: convert ELECTRA checkpoints between formats.
+"""`electra-convert` (or `python -m electra_tf.convert`): convert ELECTRA checkpoints between formats.
 
 Subcommands:
   from-google   Google's TF1 checkpoint (e.g. the released electra_small) -> a model directory
@@ -24,14 +24,13 @@ measured numerical parity.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-from electra_tf.cli import run_cli, setup_logging  # noqa: E402  (standard library only)
+from electra_tf import console  # standard library only: --help stays fast
+from electra_tf.cli import run_cli
 
 PROG = "python -m electra_tf.convert"
+INSTALLED_PROG = "electra-convert"  # the console script
 PARTS = ("discriminator", "generator")
 
 
@@ -51,11 +50,11 @@ def _add_common_export(parser: argparse.ArgumentParser, with_part: bool) -> None
                              "--output-dir is touched)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=formatter,
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=formatter,
                                      epilog="exit status: 0 done, 2 bad input (one line on stderr)")
-    parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    console.add_verbosity_flags(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
@@ -137,10 +136,16 @@ def run(args: argparse.Namespace) -> None:
                                  overwrite=args.overwrite)
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    setup_logging(args.quiet)
-    return run_cli(f"{PROG} {args.command}", lambda: run(args))
+def main(argv=None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    console.setup(args.quiet, args.verbose)
+    console.import_tensorflow()
+    return run_cli(f"{prog} {args.command}", lambda: run(args))
+
+
+def installed_main(argv=None) -> int:
+    """The `electra-convert` console script."""
+    return main(argv, INSTALLED_PROG)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ embedding block is `electra/embeddings/*`). Dense kernels are transposed ([in, o
 file is safetensors, never a pickle.
 
 Tokenizer files: `vocab.txt`, `tokenizer_config.json` (ElectraTokenizer, lowercasing and accent
-stripping as the training data was built) and `special_tokens_map.json`, so
-`transformers.AutoTokenizer.from_pretrained(OUTPUT_DIR)` works offline.
+stripping as the training data was built), `special_tokens_map.json` and `tokenizer.json` (the
+fast tokenizer, `hf_tokenizer`), so `transformers.AutoTokenizer.from_pretrained(OUTPUT_DIR)`
+works offline. `README.md` is the model card (`model_card`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import numpy as np
 from electra_tf import atomic
 from electra_tf.config import ModelConfig
 from electra_tf.convert import names
+from electra_tf.convert.hf_tokenizer import TOKENIZER_JSON_NAME, write_tokenizer_json
+from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.training import run_dir
@@ -49,7 +52,8 @@ CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
-OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME)
+OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME,
+           TOKENIZER_JSON_NAME, README_NAME)
 # transformers refuses safetensors files whose metadata does not name a known framework.
 SAFETENSORS_METADATA = {"format": "pt"}
 # Official LayerNorm epsilon (spec 7), written explicitly into the HF config.
@@ -217,6 +221,11 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
                                        model_config.max_position_embeddings).items():
         atomic.write_json(os.path.join(output_dir, name), value, sort_keys=True)
     atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+    write_tokenizer_json(os.path.join(output_dir, TOKENIZER_JSON_NAME), loaded.vocab,
+                         settings.do_lower_case, settings.strip_accents)
+    atomic.write_text(os.path.join(output_dir, README_NAME), model_card(
+        part, HF_ARCHITECTURES[part], config, loaded, model_dir,
+        sum(int(v.size) for v in state.values()), settings.do_lower_case))
     logger.info("wrote the %s (%s, %d tensors, step %d) to %s", part, HF_ARCHITECTURES[part],
                 len(state), loaded.step, output_dir)
     return output_dir

@@ -57,6 +57,7 @@ from electra_tf.data.packing import PackSettings
 from electra_tf.data.shuffle import BucketLayout, ShuffleError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
+from electra_tf.progress import RateEta
 from electra_tf.vocab import load_vocab
 
 __all__ = ["BuildConfig", "BuildError", "build_dataset", "resolve_config", "format_command"]
@@ -282,9 +283,12 @@ def make_plan(config: BuildConfig, files: Sequence[CorpusFile]) -> Plan:
 
 
 def _describe_packing(num_files: int, text_mb: float):
+    rate = RateEta("MB", scale=1e6)  # of text read; the ETA is for the packing pass
+
     def describe(totals: Dict[str, int]) -> str:
         return (f"progress: files {totals.get('files', 0)}/{num_files}, "
-                f"{totals.get('bytes', 0) / 1e6:.1f}/~{text_mb:.1f} MB of text, "
+                f"{totals.get('bytes', 0) / 1e6:.1f}/~{text_mb:.1f} MB of text "
+                f"({rate.describe(totals.get('bytes', 0), text_mb * 1e6)}), "
                 f"documents {totals.get('documents', 0)}, examples {totals.get('examples', 0)}")
     return describe
 

@@ -9,7 +9,8 @@
   `init_from_checkpoint` on the intersection of variable names);
 - a checkpoint prefix inside such a directory (`.../ckpt-2000`, to fine-tune an intermediate
   checkpoint);
-- an exported discriminator SavedModel (`.../export/discriminator`, from `run_pretraining.py`).
+- an exported discriminator SavedModel (`.../export/discriminator`, from `run_pretraining.py`:
+  its newest version folder, or a version folder `.../export/discriminator/STEP` itself).
   Its `variables/` are a TensorFlow checkpoint whose object graph holds the encoder under
   `encoder`; a fresh `ElectraEncoder` built from the `config.json` the export carries in
   `assets.extra/` is restored from it (`tf.train.Checkpoint(encoder=...)`, every variable must
@@ -37,6 +38,7 @@ from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.training import run_dir
 from electra_tf.training.export import EXTRA_DIR
+from electra_tf.training.hub import latest_version_dir
 from electra_tf.vocab import Vocab, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -168,8 +170,9 @@ def load_pretrained(config: FinetuningConfig) -> Pretrained:
     if config.random_init or config.debug:
         return _random(config)
     path = config.init_checkpoint
-    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
-        pretrained = _from_saved_model(path, config)
+    saved_model = latest_version_dir(path)  # the export dir itself or its newest version
+    if saved_model is not None:
+        pretrained = _from_saved_model(saved_model, config)
     elif os.path.isdir(path) or tf.io.gfile.exists(path + ".index"):
         pretrained = _from_model_dir(path, config)
     else:

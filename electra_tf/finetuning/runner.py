@@ -50,6 +50,7 @@ from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.registry import build_task
 from electra_tf.finetuning.task import (SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed,
                                         write_json_atomically)
+from electra_tf.progress import eta_seconds, format_duration
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.strategy import set_inter_op_threads
@@ -186,8 +187,10 @@ def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: Finetuni
         if not np.isfinite(loss):
             raise FinetuningError(f"non-finite training loss at step {done}")
         if done % config.log_steps < k or done == steps:
-            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f records/s", done,
-                        steps, loss, done * config.train_batch_size / max(time.time() - start, 1e-9))
+            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f records/s, ETA %s",
+                        done, steps, loss,
+                        done * config.train_batch_size / max(time.time() - start, 1e-9),
+                        format_duration(eta_seconds(done, steps, time.time() - start)))
     return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
 
 

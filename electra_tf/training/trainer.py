@@ -10,7 +10,8 @@ The order, as the official `train_or_eval`:
 2. Train (`Trainer.train`): run a compiled chunk of `iterations_per_loop` steps
    (`train_step`), summarize it (TensorBoard and a console line, chief only: `summaries`),
    save a checkpoint every `save_checkpoints_steps` and at the end. A non-finite loss stops the
-   run (`TrainingError`) without saving.
+   run (`TrainingError`) without saving; SIGTERM stops it at the next step boundary after saving
+   (`preemption`: `Preempted`, exit status 42).
 3. Evaluate on the held-out split (`eval_results.txt`), export SavedModels (`export`).
 
 A resumed run is bit-identical to an uninterrupted one: see `checkpointing` for what a
@@ -29,11 +30,11 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
-from electra_tf.errors import TrainingError, error_line
+from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (checkpointing, inputs, optimization, run_dir, summaries,
-                                 train_step)
+from electra_tf.training import (board, checkpointing, inputs, optimization, preemption,
+                                 run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab, load_vocab
 
@@ -52,14 +53,17 @@ class Trainer:
         strategy: optional tf.distribute.Strategy; by default from `config.strategy`.
         overwrite: delete an existing run in `config.model_dir` first (after the checks pass);
             refuses a directory that is not a run (see `run_dir.remove_run`).
+        profile_steps: int. Trace at least this many steps for TensorBoard's profiler
+            (`board.Profiler`; 0: none).
 
     Raises:
         TrainingError, DataError, VocabError, StrategyError: bad inputs, one-line messages.
     """
 
     def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                 overwrite: bool = False):
+                 overwrite: bool = False, profile_steps: int = 0):
         self.config = config
+        self.profile_steps = profile_steps
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                                  config.gcp_project, config.inter_op_threads)
         self.chief = is_chief(self.strategy)
@@ -79,6 +83,7 @@ class Trainer:
             self.model, self.optimizer, self._checkpoint_dir(), config.keep_checkpoint_max or None,
             self.train_iterator, data_key)
         self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
+        self.stop = preemption.StopRequest(self.strategy)  # SIGTERM, read before every step
         self.skipped_steps = 0  # non-finite steps skipped in this process
         self.restored_from = None
         self._start()
@@ -203,7 +208,14 @@ class Trainer:
             logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
                         config.num_train_steps)
             return {}
+        with self.stop:  # SIGTERM: stop before the next step, save, raise Preempted
+            return self._train_steps(start_step, end_step)
+
+    def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
+        config = self.config
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
+        board.write_run_info(writer, config, start_step)  # hparams plugin, config text
+        profiler = board.Profiler(config.model_dir, self.profile_steps, self.chief)
         if start_step == 0:
             self._save()  # step-0 checkpoint: a crash in the first chunk loses nothing
         logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
@@ -213,19 +225,34 @@ class Trainer:
         run_start = time.time()
         try:
             while self.step < end_step:
-                scalars = self._train_chunk(self._chunk_size(end_step))
-                summaries.write_scalars(writer, self.step, scalars)
-                if self.chief:
+                profiler.before_loop(self.step)
+                chunk = self._train_chunk(self._chunk_size(end_step))
+                profiler.after_loop(self.step)
+                if chunk:  # empty when stopped before its first step
+                    scalars = chunk
+                    summaries.write_scalars(writer, self.step, scalars)
+                if self.chief and chunk:
                     rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
                     summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
+                if self.stop.requested:
+                    self._stop_preempted()
                 if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
                     self._save()
         finally:
+            profiler.stop(self.step)
             if writer is not None:
                 writer.close()
         if self.chief:
             self._log_done(start_step, time.time() - run_start, scalars)
         return scalars
+
+    def _stop_preempted(self) -> None:
+        """Saves the current step (unless just saved) and raises Preempted."""
+        latest = self.checkpointer.latest
+        if latest is None or run_dir.checkpoint_number(latest) != self.step:
+            self._save()
+        raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
+                        f"saved {self.checkpointer.latest}. Rerun the same command to resume")
 
     def train_loop(self):
         """The compiled loop `train()` runs, `(iterator, num_steps) -> (done, history)`
@@ -237,7 +264,7 @@ class Trainer:
     def _step_context(self) -> train_step.StepContext:
         return train_step.make_step_context(
             self.model, self.optimizer, self.schedule, self.metrics, self.strategy, self.config,
-            functools.partial(inputs.replica_slice, split=self.input_split))
+            functools.partial(inputs.replica_slice, split=self.input_split), stop=self.stop)
 
     def _chunk_size(self, end_step: int) -> int:
         """Steps of the next compiled chunk: up to the next checkpoint, the end, or the loop size."""
@@ -259,6 +286,8 @@ class Trainer:
                 f"{found or error_line(e, limit=200)}. Training stopped; the last good checkpoint "
                 f"is {self.checkpointer.latest}") from None
         done = int(done)
+        if done == 0:  # a stop was agreed before the first step
+            return {}
         history = {k: v.numpy() for k, v in history.items()}
         elapsed = time.time() - t0
         limit = config.max_skipped_nonfinite_steps
@@ -313,19 +342,20 @@ class Trainer:
 
 
 def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-        overwrite: bool = False) -> dict:
+        overwrite: bool = False, profile_steps: int = 0) -> dict:
     """Trains, evaluates and exports as the config says.
 
     Args:
         config: a resolved PretrainingConfig.
         strategy: optional strategy (default: from `config.strategy`).
         overwrite: delete an existing run first (see `Trainer`).
+        profile_steps: int. Steps to trace for TensorBoard's profiler (see `Trainer`).
 
     Returns:
         {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    trainer = Trainer(config, strategy, overwrite=overwrite)
+    trainer = Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps)
     results = {}
     if config.do_train:
         results["train"] = trainer.train()
@@ -334,7 +364,7 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
     if config.do_export and trainer.chief:
         from electra_tf.training import export  # imports tensorflow_text: only when exporting
 
-        results["export"] = export.export_all(trainer.model, trainer.vocab, config)
+        results["export"] = export.export_all(trainer.model, trainer.vocab, config, trainer.step)
     results["final"] = {"global_step": trainer.step,
                         "checkpoint": trainer.checkpointer.latest,
                         "weights_sha256": trainer.weights_fingerprint()}

@@ -146,18 +146,10 @@ def test_learn_vocab_too_small(inputs):
     assert not os.path.exists(inputs["out"]) and not os.path.exists(learned)
 
 
-def _load_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_pretraining_dataset_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypatch):
-    # Fetching the default data is the script's step, before the (library) build.
-    script = _load_script()
+    # Fetching the default data is the tool's step, before the (library) build.
+    from electra_tf.commands import build_dataset as script
+
     monkeypatch.chdir(tmp_path)
     calls = []
 
@@ -217,7 +209,8 @@ def _one_line_error(capsys, code, *fragments):
 
 
 def test_beam_runner_without_beam_is_one_line_naming_the_extra(inputs, monkeypatch, capsys):
-    script = _load_script()
+    from electra_tf.commands import build_dataset as script
+
     monkeypatch.setitem(sys.modules, "apache_beam", None)  # `import apache_beam` fails
     code = script.main(base_args(inputs) + ["--runner", "DirectRunner"])
     _one_line_error(capsys, code, "--runner DirectRunner needs Apache Beam",
@@ -233,7 +226,8 @@ def test_beam_options_need_a_beam_runner(inputs):
 
 def test_beam_runner_passes_its_options_through_and_rejects_unknown_ones(inputs, capsys):
     import_extra("apache_beam", "beam")
-    script = _load_script()
+    from electra_tf.commands import build_dataset as script
+
     args = base_args(inputs, **{"--max-seq-length": "16"}) + ["--runner", "DirectRunner"]
     code = script.main(args + ["--direct_num_workers", "1", "--no_such_beam_option", "3"])
     _one_line_error(capsys, code, "unrecognized arguments: --no_such_beam_option 3")

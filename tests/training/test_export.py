@@ -5,6 +5,7 @@ Each SavedModel is loaded in a FRESH Python process with `tf.saved_model.load` o
 is not importable, and its outputs are compared with the in-memory model's on the same inputs.
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import tensorflow as tf
 
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.training import export as export_lib
+from electra_tf.training import hub
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from electra_tf.vocab import load_vocab
@@ -88,8 +90,8 @@ def exported(tmp_path_factory):
     inputs["input_ids"] *= inputs["input_mask"]
     inputs_path = str(root / "inputs.npz")
     np.savez(inputs_path, **inputs)
-    models = {"end_disc": os.path.join(end_of_training, "discriminator"),
-              "end_gen": os.path.join(end_of_training, "generator"),
+    models = {"end_disc": os.path.join(end_of_training, "discriminator", "2"),
+              "end_gen": os.path.join(end_of_training, "generator", "2"),
               "disc": on_demand["export"]["discriminator"],
               "gen": on_demand["export"]["generator"]}
     args = {"inputs": inputs_path, "texts": json.dumps(TEXTS), "models": models,
@@ -120,9 +122,10 @@ def _reference(trainer, inputs):
 
 def test_exports_written_at_end_of_training_and_on_demand(exported):
     model_dir = exported["model_dir"]
+    # TF Serving's layout: a numeric version folder (the global step) per network.
     assert exported["trained"]["export"] == {
-        "discriminator": os.path.join(model_dir, "export", "discriminator"),
-        "generator": os.path.join(model_dir, "export", "generator")}
+        "discriminator": os.path.join(model_dir, "export", "discriminator", "2"),
+        "generator": os.path.join(model_dir, "export", "generator", "2")}
     for path in exported["on_demand"]["export"].values():
         assert tf.saved_model.contains_saved_model(path)
         extra = os.path.join(path, "assets.extra")
@@ -136,7 +139,8 @@ def test_exports_written_at_end_of_training_and_on_demand(exported):
 
     assert checkpoints(os.listdir(model_dir)) == checkpoints(exported["checkpoints_before"])
     assert open(os.path.join(model_dir, "config.json"), "rb").read() == exported["config_before"]
-    assert not [f for f in os.listdir(os.path.join(model_dir, "export")) if f.startswith(".")]
+    for network in ("discriminator", "generator"):
+        assert os.listdir(os.path.join(model_dir, "export", network)) == ["2"]
 
 
 def test_signatures_take_int32_ids_and_raw_strings(exported):
@@ -206,8 +210,6 @@ def test_tokenization_settings_come_from_the_dataset_manifest(exported, tmp_path
     os.makedirs(model_dir)
     with open(os.path.join(model_dir, run_dir.DATASET_MANIFEST_COPY), "w") as f:
         json.dump(manifest, f)
-    import dataclasses
-
     cased = run_dir.tokenization_settings(dataclasses.replace(config, model_dir=model_dir))
     assert (cased.do_lower_case, cased.strip_accents) == (False, False)
 
@@ -215,11 +217,70 @@ def test_tokenization_settings_come_from_the_dataset_manifest(exported, tmp_path
 def test_reexport_replaces_previous_export_atomically(exported):
     trainer = exported["trainer"]
     config = trainer.config
-    target = os.path.join(config.model_dir, "export", "generator")
+    target = os.path.join(config.model_dir, "export", "generator", "2")
     marker = os.path.join(target, "old_marker")
     open(marker, "w").close()
-    paths = export_lib.export_all(trainer.model, trainer.vocab, config)
+    paths = export_lib.export_all(trainer.model, trainer.vocab, config, step=2)
     assert paths["generator"] == target and not os.path.exists(marker)
     assert tf.saved_model.contains_saved_model(target)
     leftovers = [f for f in os.listdir(os.path.dirname(target)) if f.startswith(".")]
     assert leftovers == []
+
+
+def test_reexport_at_a_later_step_is_a_new_version_and_replaces_the_older(exported, tmp_path):
+    trainer = exported["trainer"]
+    config = dataclasses.replace(trainer.config, model_dir=str(tmp_path / "run"))
+    base = os.path.join(config.model_dir, "export", "generator")
+    # An export written before version folders existed: a SavedModel in the base itself.
+    os.makedirs(os.path.join(base, "variables"))
+    open(os.path.join(base, "saved_model.pb"), "wb").close()
+    open(os.path.join(base, "README.user"), "w").close()  # not ours: kept
+    first = export_lib.export_all(trainer.model, trainer.vocab, config, step=5)["generator"]
+    assert first == os.path.join(base, "5")
+    assert sorted(os.listdir(base)) == ["5", "README.user"]
+    second = export_lib.export_all(trainer.model, trainer.vocab, config, step=7)["generator"]
+    assert sorted(os.listdir(base)) == ["7", "README.user"]
+    assert hub.version_dirs(base) == [7] and hub.latest_version_dir(base) == second
+    assert hub.latest_version_dir(second) == second and hub.latest_version_dir(str(tmp_path)) is None
+
+
+def test_discriminator_is_a_reusable_saved_model_that_fine_tunes(exported):
+    """TF Hub's reusable SavedModel: __call__ (training False/True), variables,
+    trainable_variables, regularization_losses; gradients reach the loaded variables and a step
+    changes them and the outputs."""
+    loaded = tf.saved_model.load(exported["on_demand"]["export"]["discriminator"])
+    trainer = exported["trainer"]
+    expected = (trainer.model.discriminator.trainable_variables
+                + trainer.model.discriminator_head.trainable_variables)
+    assert len(loaded.trainable_variables) == len(expected)
+    assert sorted(tuple(v.shape) for v in loaded.trainable_variables) == sorted(
+        tuple(v.shape) for v in expected)
+    assert len(loaded.variables) >= len(loaded.trainable_variables)
+    assert list(loaded.regularization_losses) == []
+    assert set(loaded.signatures) == {"serving_default", "serve_text"}  # today's, kept
+    inputs = {k: tf.constant(v) for k, v in exported["inputs"].items()}
+    before = loaded(inputs, training=False)
+    reference = _reference(trainer, exported["inputs"])
+    np.testing.assert_allclose(before["replaced_probs"].numpy(), reference["replaced_probs"],
+                               atol=1e-5, rtol=0)
+    # training=True applies dropout (the fixture's run has the default 0.1).
+    assert not np.allclose(loaded(inputs, training=True)["sequence_output"].numpy(),
+                           before["sequence_output"].numpy())
+    values = [v.numpy() for v in loaded.trainable_variables]
+    with tf.GradientTape() as tape:
+        outputs = loaded(inputs, training=True)
+        loss = (tf.reduce_mean(tf.square(outputs["sequence_output"]))
+                + tf.reduce_mean(outputs["replaced_logits"]))
+    grads = tape.gradient(loss, loaded.trainable_variables)
+    assert all(g is not None for g in grads)
+    assert all(float(tf.norm(tf.convert_to_tensor(g))) > 0 for g in grads)
+    for variable, grad in zip(loaded.trainable_variables, grads):
+        variable.assign_sub(0.1 * tf.convert_to_tensor(grad))
+    changed = [not np.array_equal(v.numpy(), old) for v, old in zip(loaded.trainable_variables, values)]
+    assert all(changed)
+    after = loaded(inputs, training=False)
+    assert not np.allclose(after["sequence_output"].numpy(), before["sequence_output"].numpy())
+    # The signatures read the same (updated) variables.
+    served = loaded.signatures["serving_default"](**inputs)
+    np.testing.assert_allclose(served["sequence_output"].numpy(), after["sequence_output"].numpy(),
+                               atol=1e-5, rtol=0)

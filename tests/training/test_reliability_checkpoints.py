@@ -118,6 +118,19 @@ def test_state_file_naming_a_missing_checkpoint_is_not_a_fresh_start(original, d
     assert any(os.path.join(model_dir, "ckpt-6") in r.getMessage() for r in caplog.records)
 
 
+def test_a_relative_run_directory_finds_its_checkpoints_without_warnings(original, caplog,
+                                                                          monkeypatch):
+    """The default DATA_DIR is relative (`pretrain_data`): the state file's entries are found
+    under it once, not as `models/x/models/x/ckpt-N` reported corrupted."""
+    parent, name = os.path.split(original["model_dir"])
+    monkeypatch.chdir(parent)
+    assert run_dir.checkpoint_candidates(name) == [os.path.join(name, f"ckpt-{step}")
+                                                   for step in (4, 2, 0)]
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        assert run_dir.latest_good_checkpoint(name) == os.path.join(name, "ckpt-4")
+    assert [r.getMessage() for r in caplog.records] == []
+
+
 def test_partial_checkpoint_without_state_entry_is_skipped(original, data_dir):
     """Files of an interrupted save (an index whose data file was cut short) are never picked."""
     model_dir = _copy_run(original, data_dir, "partial_newer")

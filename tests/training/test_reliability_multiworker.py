@@ -53,16 +53,7 @@ def test_killing_one_worker_fails_the_other_fast_and_both_resume(data_dir):
     step_at_kill = fx.latest_step(model_dir)
     assert step_at_kill is not None and step_at_kill < STEPS
 
-    procs = fx.start_workers(data_dir, "mw_kill", hparams)
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=RUN_TIMEOUT)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    procs, logs = fx.run_workers_to_end(data_dir, "mw_kill", hparams, RUN_TIMEOUT)
     fingerprints = []
     for index, (p, log) in enumerate(zip(procs, logs)):
         assert p.returncode == 0, f"worker {index} failed on restart:\n{log[-3000:]}"

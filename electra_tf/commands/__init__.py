@@ -1,0 +1,24 @@
+"""The command-line tools, installed as console scripts and run by the top-level scripts.
+
+| console script (pip install) | from a clone                              | module            |
+|------------------------------|-------------------------------------------|-------------------|
+| `electra-fetch`              | `python pretrain_data/fetch.py`           | `fetch`           |
+| `electra-build-dataset`      | `python build_pretraining_dataset.py`     | `build_dataset`   |
+| `electra-pretrain`           | `python run_pretraining.py`               | `pretrain`        |
+| `electra-finetune`           | `python run_finetuning.py`                | `finetune`        |
+| `electra-convert`            | `python -m electra_tf.convert`            | `electra_tf.convert.__main__` |
+
+Each module has `build_parser(prog)` and `main(argv=None, prog=...)`: the scripts pass their own
+`prog` (error lines start with it), so both paths run the same code. Importing a module here
+imports the standard library (and numpy) only, so `--help` is fast; TensorFlow is imported after
+the flags are parsed and logging is set up (`electra_tf.console`).
+"""
+
+import textwrap
+
+
+def hparams_epilog(intro: str, names, statuses: str) -> str:
+    """The `--help` epilog: the hparam names (wrapped) under `intro`, then the exit statuses."""
+    return (f"{intro}:\n" + textwrap.fill(", ".join(names), width=96, initial_indent="  ",
+                                         subsequent_indent="  ")
+            + f"\n\nexit status: {statuses}")

@@ -1,0 +1,171 @@
+"""Builds ELECTRA pretraining TFRecords from a directory of corpus files (electra-build-dataset).
+
+Inputs (--input-format): plain text, one sentence per line, a blank line between documents
+(default); OpenWebText (a directory of tar archives such as OpenWebText's .xz files, one document
+per member); JSON Lines (one document per line, its text under --jsonl-text-field). Files ending
+in .gz, .bz2 or .xz are decompressed as streams. Bad input (a truncated stream, a corrupt archive
+member, a JSON line without the field, invalid UTF-8) is skipped and counted, naming the file and
+line or member, in manifest.json and inputs.jsonl (--bad-input error stops instead).
+
+The examples are shuffled globally (a seeded external sort in bounded memory), so training
+batches mix like a random draw whatever the number of shards.
+
+With no flags: reads pretrain_data/corpus with pretrain_data/vocab.txt (fetching both first if
+absent) and writes pretrain_data/pretrain_tfrecords/: pretrain_data.tfrecord-*-of-*, the held-out
+eval_data.tfrecord-*-of-*, inputs.jsonl (per input file) and manifest.json (settings, counts,
+checksums). Same inputs and settings give byte-identical shards, with any --num-processes. See
+electra_tf/data/builder.py for the differences from the official script.
+
+With --runner (an Apache Beam runner; pip install -e '.[beam]') the same dataset, byte for byte,
+is built by a Beam pipeline, on this machine (DirectRunner) or a cluster; Beam's own pipeline
+options go among the flags, e.g.
+  --runner DirectRunner --direct_num_workers 2 --direct_running_mode multi_processing
+  --runner DataflowRunner --project P --region R --temp_location gs://B/tmp \
+      --corpus-dir gs://B/corpus --vocab-file gs://B/vocab.txt --output-dir gs://B/data
+(docs/beam.md, "Building on a cluster", has the Dataflow, Spark and Flink commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from electra_tf import console
+from electra_tf.data import builder as b
+from electra_tf.data.beam_build import LOCAL_RUNNER
+from electra_tf.data.corpus import CorpusError
+from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
+from electra_tf.sources.fetch import FetchError, default_data_ready, fetch_default_data
+from electra_tf.vocab import VocabError
+
+PROG = "electra-build-dataset"
+
+logger = logging.getLogger(b.__name__)
+
+
+def fetch_default_data_if_needed(args) -> None:
+    """Fetches pretrain_data/ (corpus and vocab) when the default corpus is used and absent."""
+    if args.corpus_dir is None and not default_data_ready(b.DEFAULT_DATA_DIR):
+        logger.info("default data not found in %s: fetching it first", b.DEFAULT_DATA_DIR)
+        fetch_default_data(data_dir=b.DEFAULT_DATA_DIR)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    arg = p.add_argument
+    arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
+        f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
+    arg("--input-format", choices=INPUT_FORMATS, default="text", help="text: one sentence per "
+        "line, blank lines between documents; openwebtext: tar archives (e.g. OpenWebText's .xz "
+        "files) of text files, one document per member, blank lines not document breaks; "
+        "jsonl: JSON Lines, one document per line (default: %(default)s)")
+    arg("--jsonl-text-field", default=DEFAULT_JSONL_TEXT_FIELD, help="with --input-format "
+        "jsonl: the top-level key holding a document's text (default: %(default)s)")
+    arg("--bad-input", choices=b.BAD_INPUT_POLICIES, default="skip", help="skip: skip and count "
+        "bad input (truncated or corrupt streams and archive members, JSON lines without the "
+        "text field, invalid UTF-8 replaced), naming file and line/member in manifest.json and "
+        "inputs.jsonl; error: stop at the first (default: %(default)s)")
+    arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
+        "--learn-vocab, where the learned vocab is written (default: "
+        "<parent of --output-dir>/vocab.txt)")
+    arg("--output-dir", default=b.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
+        "(default: %(default)s)")
+    arg("--max-seq-length", type=int, default=b.DEFAULT_MAX_SEQ_LENGTH, help="example length incl. "
+        f"[CLS]/[SEP], at least {b.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
+    arg("--num-processes", type=int, default=1, help="worker processes, each taking whole files "
+        "(then writing shards); each pays a few seconds of TensorFlow start-up; the output does "
+        "not depend on it (default: %(default)s)")
+    arg("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
+        help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped "
+        "and each file is one document (default: on)")
+    arg("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
+        help="lowercase before WordPiece (default)")
+    arg("--no-lower-case", dest="do_lower_case", action="store_false",
+        help="keep case (accents are then kept too, as in BERT)")
+    arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
+        default=True, help="strip accents when lowercasing (default)")
+    arg("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
+    arg("--num-out-files", type=int, help=f"train shards (default: one per "
+        f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
+        f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
+    arg("--seed", type=int, default=b.DEFAULT_SEED, help="seed of every random choice: "
+        "packing, held-out split and the global shuffle (default: %(default)s)")
+    arg("--shuffle-memory-mb", type=int, default=b.DEFAULT_SHUFFLE_MEMORY_MB, help="memory per "
+        "process for sorting one bucket of the global shuffle; larger corpora use more buckets, "
+        "not more memory (default: %(default)s)")
+    arg("--eval-fraction", type=float, default=b.DEFAULT_EVAL_FRACTION, help="fraction of "
+        "documents held out into eval_data.tfrecord-* shards, 0 for none (default: %(default)s)")
+    arg("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens "
+        "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
+    arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
+        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
+    arg("--runner", default=LOCAL_RUNNER, help="local: this machine's processes "
+        "(--num-processes); or an Apache Beam runner (DirectRunner, DataflowRunner, SparkRunner, "
+        "FlinkRunner, ...) building the same shards with Beam (needs the [beam] extra); any "
+        "further flags are Beam pipeline options, passed through (default: %(default)s)")
+    console.add_verbosity_flags(p)
+    return p
+
+
+def parse_args(argv, prog: str = PROG):
+    """Returns (the build's flags, Beam pipeline options left over for --runner)."""
+    p = build_parser(prog)
+    args, beam_args = p.parse_known_args(argv)
+    if beam_args and args.runner == LOCAL_RUNNER:
+        p.error(f"unrecognized arguments: {' '.join(beam_args)} (Beam pipeline options need "
+                f"--runner)")
+    return args, beam_args
+
+
+def main(argv=None, prog: str = PROG):
+    argv = sys.argv[1:] if argv is None else argv
+    args, beam_args = parse_args(argv, prog)
+    quiet, verbose = args.quiet, args.verbose
+    del args.quiet, args.verbose  # not build settings
+    console.setup(quiet, verbose)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    data_logger = logging.getLogger("electra_tf.data")  # the builder's modules and the fetch
+    data_logger.addHandler(handler)
+    data_logger.propagate = False  # its own message-only lines
+    data_logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    settings = vars(args)
+    runner = settings.pop("runner")
+    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
+    try:
+        b.resolve_config(config)  # bad flags fail before any download
+        if runner != LOCAL_RUNNER:
+            _setup_beam(runner, beam_args, handler)
+        fetch_default_data_if_needed(args)
+        if runner == LOCAL_RUNNER:
+            b.build_dataset(config)
+        else:
+            from electra_tf.data.beam_build import build_dataset_beam
+
+            build_dataset_beam(config, runner, beam_args)
+    except (b.BuildError, CorpusError, VocabError, FetchError, OSError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _setup_beam(runner: str, beam_args, handler: logging.Handler) -> None:
+    """Checks Beam is installed and knows `beam_args` (fail fast), and routes its log lines."""
+    from electra_tf.data.beam_build import pipeline_options
+
+    # Beam's PipelineOptions call logging.basicConfig(): a root handler of our own keeps it from
+    # adding one that would print every line twice.
+    logging.getLogger().addHandler(logging.NullHandler())
+    beam_logger = logging.getLogger("apache_beam")  # job links, state changes, warnings
+    beam_logger.addHandler(handler)
+    beam_logger.setLevel(logging.WARNING if runner == "DirectRunner" else logging.INFO)
+    pipeline_options(runner, beam_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Fine-tune a pretrained ELECTRA discriminator on the official tasks (official flags).
+
+Tasks (docs/finetuning.md): GLUE classification (cola, sst, mrpc, qqp, mnli, qnli, rte) and
+generic TSV/CSV classification tasks; STS-B regression (sts); question answering: SQuAD 2.0
+(squad), SQuAD 1.1 (squadv1) and MRQA (newsqa, naturalqs, triviaqa, searchqa); chunking (chunk).
+Reads DATA_DIR/finetuning_data/<task>/, starts from DATA_DIR/models/MODEL_NAME (or the
+`init_checkpoint` hparam: a model directory, a checkpoint prefix or an exported SavedModel), and
+writes DATA_DIR/models/MODEL_NAME/results/<tasks>_results.{json,txt} (QA predictions in
+results/<tasks>_qa/) and the fine-tuned SavedModels (raw-text signatures) to
+.../finetuning_models/<tasks>_model_<trial>.
+
+Examples:
+  electra-finetune --data-dir pretrain_data --model-name electra_small \\
+      --hparams '{"task_names": ["sst"]}'
+  electra-finetune --model-name electra_small --hparams '{"task_names": ["squad"]}'
+  electra-finetune --model-name electra_small \\
+      --hparams '{"task_names": ["chunk"], "num_trials": 3, "layerwise_lr_decay_fix": true}'
+  electra-finetune --hparams '{"task_names": ["sts"], "init_checkpoint": "DIR/export/discriminator"}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from electra_tf import console
+from electra_tf.cli import run_cli
+from electra_tf.commands import hparams_epilog
+from electra_tf.finetuning.config import HPARAM_NAMES
+
+PROG = "electra-finetune"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    epilog = hparams_epilog(
+        "hparams (official configure_finetuning.py names plus electra-tf additions; see "
+        "docs/finetuning.md; an unknown key is an error)", HPARAM_NAMES,
+        "0 done, 2 bad input (one line on stderr), 130 interrupted.")
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("electra-finetune", prog),
+                                     epilog=epilog,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="pretrain_data",
+                        help="directory with models/ and finetuning_data/ (default: %(default)s)")
+    parser.add_argument("--model-name", default="electra_small",
+                        help="the pretrained run, DATA_DIR/models/MODEL_NAME (default: %(default)s)")
+    parser.add_argument("--hparams", default=None,
+                        help="JSON object of hparams, or the path of a .json file holding one")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace existing results and fine-tuned models of these tasks")
+    console.add_verbosity_flags(parser)
+    return parser
+
+
+def main(argv=None, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    console.setup(args.quiet, args.verbose)
+    console.import_tensorflow()
+
+    def work():
+        from electra_tf.finetuning.config import FinetuningConfig
+        from electra_tf.finetuning.runner import run
+
+        config = FinetuningConfig.create(args.model_name, args.data_dir, args.hparams)
+        results = run(config, overwrite=args.overwrite)
+        print(f"results: {config.results_json}")
+        for trial in results["trials"]:
+            if "export" in trial:
+                print(f"model (trial {trial['trial']}): {trial['export']}")
+
+    return run_cli(prog, work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

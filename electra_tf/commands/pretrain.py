@@ -1,0 +1,76 @@
+"""Pretrain an ELECTRA model: `electra-pretrain --model-size small` (or `python run_pretraining.py`).
+
+Reads DATA_DIR/pretrain_tfrecords/ and DATA_DIR/vocab.txt (written by electra-build-dataset,
+whose manifest.json must match the vocab and max_seq_length) and writes checkpoints, TensorBoard
+events, eval_results.txt and SavedModels (export/discriminator/STEP, export/generator/STEP) to
+DATA_DIR/models/MODEL_NAME/. Re-running the same command resumes from the latest checkpoint;
+nothing is ever deleted without --overwrite (not even in debug mode). On SIGTERM (a preemptible
+VM, a scheduler) the run saves a checkpoint at the next step boundary and exits with status 42;
+the same command then resumes exactly.
+
+Examples:
+  electra-pretrain --model-size small
+  electra-pretrain --hparams '{"debug": true}'
+  electra-pretrain --hparams '{"do_train": false, "do_eval": true}'
+  electra-pretrain --hparams '{"do_train": false, "do_export": true}'
+  electra-pretrain --hparams my_hparams.json --overwrite
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from electra_tf import console
+from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
+from electra_tf.commands import hparams_epilog
+from electra_tf.config import HPARAM_NAMES
+
+PROG = "electra-pretrain"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    epilog = hparams_epilog(
+        "hparams (official configure_pretraining.py names; meanings and defaults in "
+        "docs/config.md; an unknown key is an error)", HPARAM_NAMES,
+        f"0 done, 2 bad input (one line on stderr), {EXIT_PREEMPTED} stopped by SIGTERM after "
+        "saving a checkpoint (rerun the same command to resume), 130 interrupted (the latest "
+        "checkpoint is kept).")
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.replace("electra-pretrain", prog), epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="pretrain_data",
+                        help="directory with vocab.txt and pretrain_tfrecords/ (default: %(default)s)")
+    parser.add_argument("--model-name", default="electra_small",
+                        help="run name; outputs go to DATA_DIR/models/MODEL_NAME (default: %(default)s)")
+    parser.add_argument("--hparams", default=None,
+                        help="JSON object of hparam overrides, or the path of a .json file holding "
+                             "one (official names, listed below)")
+    parser.add_argument("--model-size", choices=("small", "base", "large"), default=None,
+                        help="shortcut for the model_size hparam (base/large also apply the paper's "
+                             "training settings; explicit hparams win)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="delete an existing run in DATA_DIR/models/MODEL_NAME and start afresh "
+                             "(without it, an existing run is resumed); refuses a directory that "
+                             "is not a run")
+    parser.add_argument("--profile-steps", type=int, default=0, metavar="N",
+                        help="trace at least N training steps (whole loops, after the first loop, "
+                             "which compiles) for TensorBoard's Profile tab (needs "
+                             "tensorboard-plugin-profile to view); 0: off (default)")
+    console.add_verbosity_flags(parser)
+    return parser
+
+
+def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
+    return build_parser(prog).parse_args(argv)
+
+
+def main(argv=None, prog: str = PROG) -> int:
+    args = parse_args(argv, prog)
+    console.setup(args.quiet, args.verbose)
+    console.import_tensorflow()
+    return run_pretraining_cli(args, prog)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

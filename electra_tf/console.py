@@ -1,0 +1,101 @@
+"""What a command-line tool prints: the project's own lines, not TensorFlow's start-up noise.
+
+By default a tool prints electra-tf's INFO lines (progress, eval, export, results) and warnings
+and errors from anyone; TensorFlow's C++ start-up lines (oneDNN, CUDA probing: written before
+its logging is configured, so no log level reaches them), its Python INFO lines ("Sharding
+callback duration", the SavedModel input renames) and its WARNING chatter (`parallel_iterations`)
+are dropped. `--verbose` shows everything; `--quiet` shows warnings and errors only.
+
+Call `setup(quiet, verbose)` once, after parsing flags and BEFORE anything imports TensorFlow
+(the C++ log level is read from the environment when TensorFlow loads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import sys
+import tempfile
+
+# Loggers of libraries whose INFO and WARNING lines are not the user's business by default.
+THIRD_PARTY_LOGGERS = ("tensorflow", "absl", "keras", "h5py", "jax")
+TF_CPP_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+QUIET_TF_CPP_LOG_LEVEL = "3"  # C++ FATAL only; errors reach the user as Python exceptions
+LOG_FORMAT = "%(asctime)s %(message)s"
+DATE_FORMAT = "%H:%M:%S"
+
+_verbose = False
+
+
+def add_verbosity_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds the mutually exclusive `--quiet` and `--verbose` flags."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quiet", action="store_true",
+                       help="print warnings and errors only")
+    group.add_argument("--verbose", action="store_true",
+                       help="print everything, TensorFlow's start-up and INFO lines included "
+                            "(default: electra-tf's own lines, warnings and errors)")
+
+
+def setup(quiet: bool = False, verbose: bool = False) -> None:
+    """Configures logging for a tool run (see the module docstring).
+
+    Args:
+        quiet: bool. WARNING and above only.
+        verbose: bool. Everything, third-party INFO lines included.
+    """
+    global _verbose
+    _verbose = verbose
+    if not verbose:
+        os.environ.setdefault(TF_CPP_LOG_LEVEL_ENV, QUIET_TF_CPP_LOG_LEVEL)
+    level = logging.WARNING if quiet else logging.INFO
+    root = logging.getLogger()
+    if not root.handlers:  # else the host (a test runner, an application) configured logging
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT, DATE_FORMAT))
+        root.addHandler(handler)
+        # Records of electra_tf's loggers reach the root's handler whatever the root's level.
+        root.setLevel(logging.INFO if verbose and not quiet else logging.WARNING)
+    logging.getLogger("electra_tf").setLevel(level)
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+
+
+def import_tensorflow():
+    """Imports TensorFlow, hiding the lines its C++ libraries write to stderr while loading
+    (unless `--verbose`); they are replayed if the import fails. Returns the module."""
+    if _verbose or "tensorflow" in sys.modules:
+        import tensorflow as tf
+        return tf
+    with _stderr_captured():
+        import tensorflow as tf
+    _quiet_tensorflow_loggers()
+    return tf
+
+
+def _quiet_tensorflow_loggers() -> None:
+    # Importing TensorFlow may reset the level of its logger.
+    for name in THIRD_PARTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def _stderr_captured():
+    """Redirects file descriptor 2 (what C++ writes to) into a temporary file for the block;
+    on an exception the captured text is written back to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
