@@ -24,11 +24,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
+from electra_tf.cli import run_cli, setup_logging  # noqa: E402
 from electra_tf.data import builder as b  # noqa: E402
-from electra_tf.data.corpus import CorpusError  # noqa: E402
-from electra_tf.sources.fetch import FetchError, default_data_ready, fetch_default_data  # noqa: E402
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS  # noqa: E402
-from electra_tf.vocab import VocabError  # noqa: E402
+from electra_tf.sources.fetch import default_data_ready, fetch_default_data  # noqa: E402
 
 logger = logging.getLogger(b.__name__)
 
@@ -41,8 +40,11 @@ def fetch_default_data_if_needed(args) -> None:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="build_pretraining_dataset.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 done, 2 bad input or environment (one line on stderr naming the "
+               "problem and the file), 130 interrupted.")
     arg = p.add_argument
     arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
         f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
@@ -90,29 +92,23 @@ def parse_args(argv):
         "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
     arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
         "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
+    arg("--quiet", action="store_true", help="log warnings and errors only")
     return p.parse_args(argv)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    data_logger = logging.getLogger("electra_tf.data")  # the builder's modules and the fetch
-    data_logger.addHandler(handler)
-    data_logger.setLevel(logging.INFO)
-    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **vars(args))
-    try:
+    setup_logging(args.quiet)
+    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)),
+                           **{k: v for k, v in vars(args).items() if k != "quiet"})
+
+    def work():
         b.resolve_config(config)  # bad flags fail before any download
         fetch_default_data_if_needed(args)
         b.build_dataset(config)
-    except (b.BuildError, CorpusError, VocabError, FetchError, OSError) as e:
-        print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{os.path.basename(sys.argv[0])}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return run_cli("build_pretraining_dataset.py", work)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Command-line glue shared by the scripts: logging, user errors as one line, the exit codes.
 
-Every command-line tool (run_pretraining.py, run_finetuning.py, `python -m electra_tf.convert`,
-pretrain_data/fetch.py, `python -m electra_tf.sources.labelled`) calls `setup_logging` once and
-runs its work through `run_cli`: a user error (`ElectraError`) becomes one line on stderr,
+Every command-line tool (run_pretraining.py, build_pretraining_dataset.py, run_finetuning.py,
+`python -m electra_tf.convert`, pretrain_data/fetch.py, `python -m electra_tf.sources.labelled`)
+calls `setup_logging` once and runs its work through `run_cli`: a user error (`ElectraError`) or
+an environment error (`OSError`: a full disk, a read-only directory) becomes one line on stderr,
 `PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad usage); Ctrl-C exits 130.
 """
 
@@ -12,7 +13,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Callable, Optional, Tuple, Type
+from typing import Callable, Optional
 
 from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
 from electra_tf.errors import ElectraError, error_line
@@ -22,33 +23,12 @@ logger = logging.getLogger("electra_tf")
 EXIT_USER_ERROR = 2  # argparse's status for bad usage
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
 
-# Error classes of modules that do not derive from ElectraError yet (data/ files being rewritten
-# in parallel): matched only once their module has been imported, so catching them never imports
-# TensorFlow into a light tool. Drop each entry when its class derives from ElectraError.
-_NOT_YET_ELECTRA_ERRORS = (
-    ("electra_tf.data.pipeline", "DataError"),
-    ("electra_tf.data.tfrecord_io", "ManifestError"),
-    ("electra_tf.data.corpus", "CorpusError"),
-    ("electra_tf.data.builder", "BuildError"),
-)
-
 
 def setup_logging(quiet: bool = False) -> None:
     """INFO (or, `quiet`, WARNING) lines `HH:MM:SS message` on stderr for electra_tf's loggers."""
     level = logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("electra_tf").setLevel(level)
-
-
-def user_error_types() -> Tuple[Type[BaseException], ...]:
-    """The exception classes `run_cli` reports as one line (ElectraError and, until they derive
-    from it, the classes in `_NOT_YET_ELECTRA_ERRORS` whose module is loaded)."""
-    types = [ElectraError]
-    for module_name, class_name in _NOT_YET_ELECTRA_ERRORS:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            types.append(getattr(module, class_name))
-    return tuple(types)
 
 
 def run_cli(prog: str, work: Callable[[], Optional[int]],
@@ -68,8 +48,10 @@ def run_cli(prog: str, work: Callable[[], Optional[int]],
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as e:  # noqa: BLE001 (re-raised below unless it is a user error)
-        if not isinstance(e, user_error_types()):
+    except (ElectraError, OSError) as e:
+        # OSError: the environment refused (a full disk, a read-only or missing path); its
+        # message names the file. Anything else is a bug and keeps its traceback.
+        if isinstance(e, OSError) and e.errno is None:
             raise
         print(f"{prog}: error: {error_line(e, limit=None, whole=True)}", file=sys.stderr)
         return EXIT_USER_ERROR

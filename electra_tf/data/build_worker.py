@@ -21,13 +21,14 @@ from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.tfrecord_io import ExampleSerializer
+from electra_tf.errors import ElectraError
 from electra_tf.vocab import load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
 MAX_LISTED_PROBLEMS = 100  # problem records returned per task (all go to inputs.jsonl)
 
 
-class BuildError(ValueError):
+class BuildError(ElectraError, ValueError):
     """Bad input or settings for the dataset builder; the message is one line naming the problem."""
 
 

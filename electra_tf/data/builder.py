@@ -46,11 +46,12 @@ import time
 from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from electra_tf import atomic
 from electra_tf.data.build_worker import BuildError, BuildWorker, WorkerSpec, inputs_part_path
 from electra_tf.data.corpus import CorpusFile, format_problem, list_corpus_files
 from electra_tf.data.formats import (DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS, InputSettings,
                                      estimated_text_bytes, is_compressed)
-from electra_tf.data.manifest import build_manifest, merge_pack_results, write_json_atomic
+from electra_tf.data.manifest import build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shards,
                                     remove_temporaries, temp_prefix)
 from electra_tf.data.packing import PackSettings
@@ -366,7 +367,7 @@ def build_dataset(config: BuildConfig) -> dict:
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME)
-    write_json_atomic(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
+    atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     _log_summary(config, manifest)
     return manifest
 

@@ -32,6 +32,8 @@ import os
 import stat
 from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
+from electra_tf.errors import ElectraError
+
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
 _READ_PIECE_BYTES = 1 << 16  # a chunk is read in pieces of this size (see `_read_chunks`)
@@ -40,7 +42,7 @@ _BOM = codecs.BOM_UTF8
 _ERROR_HANDLER = "electra_tf.count_replace"
 
 
-class CorpusError(ValueError):
+class CorpusError(ElectraError, ValueError):
     """The corpus directory is missing or empty, or a file in it cannot be read."""
 
 

@@ -19,7 +19,7 @@ def run_cli(*args, cwd=REPO_ROOT):
 
 
 def assert_one_line_error(result, *fragments):
-    assert result.returncode != 0
+    assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     # TensorFlow may log its own lines (e.g. "E0000 ... cuInit"); ours carry the program name.
     errors = [line for line in result.stderr.splitlines()
@@ -112,7 +112,8 @@ def test_build_then_refuse_then_overwrite(inputs):
     result = run_cli(*args, "--no-blanks-separate-docs", "--num-out-files", "3")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    summary = [line for line in result.stderr.splitlines() if line.startswith("done: ")]
+    # Log lines are `HH:MM:SS message` (cli.setup_logging).
+    summary = [line for line in result.stderr.splitlines() if line[9:].startswith("done: ")]
     assert len(summary) == 1 and "train examples" in summary[0]
     manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
     assert manifest["blanks_separate_docs"] is False and manifest["seed"] == 5
@@ -175,7 +176,7 @@ def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypat
     assert manifest["vocab"]["path"] == os.path.join("pretrain_data", "vocab.txt")
     # Data now "ready": no second fetch; a bad flag fails before any fetch is considered.
     assert script.main(["--max-seq-length", "16", "--overwrite"]) == 0
-    assert script.main(["--max-seq-length", "4"]) == 1
+    assert script.main(["--max-seq-length", "4"]) == 2
     assert calls == ["pretrain_data"]
     # An explicit corpus never triggers the fetch.
     calls.clear()
