@@ -80,6 +80,23 @@ class ConfigError(ElectraError, ValueError):
     """An hparam is unknown, has the wrong type or an invalid value."""
 
 
+def check_model_name(name: str) -> None:
+    """Refuses a model name that is not exactly one directory name (`DATA_DIR/models/NAME`).
+
+    An empty name (an unset shell variable), `.`, `..`, a path (`a/b`, `../../x`, `/abs`) or
+    control characters would put the run somewhere other than its own directory, where
+    `--overwrite` could reach other runs.
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    if (not isinstance(name, str) or not name.strip() or name in (".", "..")
+            or "/" in name or (os.altsep and os.altsep in name) or os.sep in name
+            or not name.isprintable()):
+        raise ConfigError(f"--model-name must be one directory name (not empty, no '/', not "
+                          f"'.' or '..'), got {name!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Transformer sizes of one encoder (the official `BertConfig`, plus `embedding_size`).
@@ -245,6 +262,7 @@ class PretrainingConfig:
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
         user = _known(user)
+        check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
 

@@ -31,7 +31,8 @@ from typing import List, NamedTuple, Optional
 
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.errors import TrainingError, error_line
+from electra_tf.errors import TrainingError, error_line, shown_path
+from electra_tf.locking import LOCK_NAME
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -63,6 +64,16 @@ STRUCTURAL_HPARAMS = (
 )
 # Keys every saved config.json has: how `--overwrite` recognises a run directory it may delete.
 _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
+# Every top-level name a run directory may hold (`is_run_entry`): what `--overwrite` may delete.
+_RUN_ENTRIES = frozenset((
+    CONFIG_NAME, VOCAB_NAME, DATASET_MANIFEST_COPY, EVAL_RESULTS_NAME, EVAL_SUMMARY_DIR,
+    "checkpoint", WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
+    FINETUNING_RESULTS_DIR, LOCK_NAME))
+_RUN_ENTRY_PATTERN = re.compile(
+    r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp)"  # checkpoints, an interrupted save
+    r"|checkpoint\.tmp[0-9a-f]*"  # TensorFlow's temporary state file
+    r"|events\.out\.tfevents\..*"  # TensorBoard
+    r"|\..+\.tmp-[a-z0-9_]+(\.old)?)$")  # an interrupted atomic write (electra_tf.atomic)
 # Checkpoint keys of the step counter: the trainer's optimizer, or from-google's `step`.
 _STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
               "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
@@ -86,9 +97,8 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
     if os.path.exists(config_path):
         try:
             previous = PretrainingConfig.load(config_path)
-        except (ConfigError, TypeError) as e:
-            raise TrainingError(f"{config_path} is not a readable electra-tf config ({e}); use "
-                                "another --model-name, or --overwrite to start afresh") from None
+        except (ValueError, TypeError) as e:  # ConfigError, invalid JSON or UTF-8
+            raise TrainingError(_unreadable_config(config.model_dir, e)) from None
         for key in STRUCTURAL_HPARAMS:
             old, new = getattr(previous, key), getattr(config, key)
             if old != new:
@@ -106,6 +116,22 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
             atomic.copy_file(vocab_path, saved_vocab)
 
 
+def _unreadable_config(model_dir: str, error: Exception) -> str:
+    """What is wrong with a run's unreadable config.json, and advice that works."""
+    path = os.path.join(model_dir, CONFIG_NAME)
+    if os.path.getsize(path) == 0:
+        what = "is empty (0 bytes: a crash or a full disk while it was written?)"
+    else:
+        what = f"is not a readable electra-tf config ({error_line(error, limit=200)})"
+    reason = not_a_run_reason(model_dir)
+    if reason is None:
+        advice = ("pass --overwrite to delete this run and start afresh, or use another "
+                  "--model-name")
+    else:
+        advice = f"use another --model-name (--overwrite would refuse: {reason})"
+    return f"{shown_path(path)} {what}; {advice}"
+
+
 def copy_dataset_manifest(model_dir: str, manifest_path: str) -> None:
     """Keeps the training dataset's manifest in the run: provenance, and how the data was
     tokenised (what the export's `serve_text` repeats, see `tokenization_settings`)."""
@@ -114,33 +140,86 @@ def copy_dataset_manifest(model_dir: str, manifest_path: str) -> None:
 
 def is_run_dir(model_dir: str) -> bool:
     """True if `model_dir` holds an electra-tf run (a `config.json` this project wrote)."""
+    return _config_state(model_dir) == "ours"
+
+
+def _config_state(model_dir: str) -> str:
+    """"ours" (a config.json with the run keys), "damaged" (empty or not JSON), "foreign"
+    (JSON of something else) or "missing"."""
+    path = os.path.join(model_dir, CONFIG_NAME)
+    if not os.path.isfile(path):
+        return "missing"
     try:
-        with open(os.path.join(model_dir, CONFIG_NAME), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             saved = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(saved, dict) and all(k in saved for k in _RUN_MARKER_KEYS)
+    except (ValueError, OSError):
+        return "damaged"
+    ours = isinstance(saved, dict) and all(k in saved for k in _RUN_MARKER_KEYS)
+    return "ours" if ours else "foreign"
+
+
+def is_run_entry(name: str) -> bool:
+    """True for a top-level name that electra-tf writes in a run directory."""
+    return name in _RUN_ENTRIES or bool(_RUN_ENTRY_PATTERN.match(name))
+
+
+def not_a_run_reason(model_dir: str) -> Optional[str]:
+    """Why `model_dir` is not recognisably one electra-tf run, or None if it is.
+
+    A run directory has a `config.json` (ours, or damaged: empty or not JSON) and nothing but
+    the names the trainer, exports, converters and fine-tuning write (`is_run_entry`). A
+    directory holding anything else (another run, a dataset, the user's files) is not one run.
+    """
+    state = _config_state(model_dir)
+    if state == "missing":
+        return f"it has no {CONFIG_NAME}"
+    if state == "foreign":
+        return f"its {CONFIG_NAME} was not written by electra-tf"
+    foreign = sorted(name for name in os.listdir(model_dir) if not is_run_entry(name))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"it holds {shown_path(foreign[0])}{more}, which is not part of a run"
+    return None
 
 
 def remove_run(model_dir: str) -> bool:
-    """Deletes a previous run's directory (`--overwrite`), refusing one that is not a run.
+    """Deletes a previous run (`--overwrite`), refusing anything that is not recognisably one run.
+
+    Only a directory `not_a_run_reason` accepts is touched, so an empty or mistaken model name
+    (the parent of several runs, the data directory) can never delete more than one run. The
+    directory's lock file (held by this process) stays; the directory itself goes if no lock
+    file is in it.
 
     Returns:
-        True if a directory was deleted.
+        True if something was deleted.
 
     Raises:
-        TrainingError: `model_dir` is not empty and holds no electra-tf `config.json` (it may be
-            user data: nothing is deleted).
+        TrainingError: naming the directory and why it is not a run (nothing is deleted).
     """
     if not os.path.isdir(model_dir):
-        if os.path.exists(model_dir):
-            raise TrainingError(f"refusing to overwrite {model_dir}: it is a file, not a run directory")
+        if os.path.lexists(model_dir):
+            raise TrainingError(f"refusing to overwrite {shown_path(model_dir)}: it is a file, "
+                                "not a run directory")
         return False
-    if os.listdir(model_dir) and not is_run_dir(model_dir):
-        raise TrainingError(f"refusing to delete {model_dir}: it does not look like an electra-tf "
-                            f"run directory (no {CONFIG_NAME} written by run_pretraining.py)")
-    shutil.rmtree(model_dir)
-    logger.info("--overwrite: deleted the previous run in %s", model_dir)
+    names = [name for name in os.listdir(model_dir) if name != LOCK_NAME]
+    if not names:
+        return False
+    reason = not_a_run_reason(model_dir)
+    if reason is not None:
+        raise TrainingError(
+            f"refusing to delete {shown_path(model_dir)} for --overwrite: {reason}. Only one run "
+            f"directory ({CONFIG_NAME}, vocab.txt, checkpoints, exports...) is ever deleted; "
+            "check --model-name, or move the other files away")
+    if len(names) == len(os.listdir(model_dir)):
+        shutil.rmtree(model_dir)
+    else:
+        for name in names:
+            path = os.path.join(model_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    logger.info("--overwrite: deleted the previous run in %s", shown_path(model_dir))
     return True
 
 
@@ -400,7 +479,7 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         raise TrainingError(f"{model_dir}: no {CONFIG_NAME} (not an electra-tf run directory)")
     try:
         config = PretrainingConfig.load(config_path)
-    except (ConfigError, TypeError) as e:
+    except (ValueError, TypeError) as e:  # ConfigError, invalid JSON or UTF-8
         raise TrainingError(f"{config_path}: {e}") from None
     vocab_path = os.path.join(model_dir, VOCAB_NAME)
     vocab = load_vocab(vocab_path if os.path.isfile(vocab_path) else config.vocab_file)

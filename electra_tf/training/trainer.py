@@ -177,6 +177,16 @@ class Trainer:
         return run_dir.worker_checkpoint_dir(self.config.model_dir,
                                              self.strategy.cluster_resolver.task_id)
 
+    def close(self) -> None:
+        """Releases what the run holds on its directory (idempotent; the process's exit does
+        too)."""
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # --- State -------------------------------------------------------------------------------------
     @property
     def step(self) -> int:
