@@ -76,10 +76,21 @@ class RunCheckpoint:
     def save(self, step: int) -> str:
         """Saves `ckpt-<step>`; a failed save (disk full, unwritable directory) is a TrainingError.
 
+        Only finite weights are saved: a checkpoint is "good" only if every model weight and
+        optimizer slot is finite (`non_finite_variable`, checked first; one read of the
+        variables in memory), so the last good checkpoint a stopped run names can be resumed.
         TensorFlow writes the data under a temporary name and the `checkpoint` state file last,
         so a failed save never becomes the latest checkpoint; its temporary files are removed
         (they hold the space a retry needs) and a restart resumes from the last complete one.
         """
+        bad = non_finite_variable(list(self.model.trainable_variables)
+                                  + list(self.optimizer.variables))
+        if bad is not None:
+            raise TrainingError(
+                f"the weights are not finite after step {step} (NaN or Inf in {bad}): "
+                f"{run_dir.CHECKPOINT_PREFIX}-{step} is not saved and training stopped. The last "
+                f"good checkpoint is {self.latest}; lower learning_rate (or set "
+                "max_skipped_nonfinite_steps) and rerun to resume from it")
         try:
             return self.manager.save(checkpoint_number=step)
         except (tf.errors.OpError, OSError) as e:
@@ -125,6 +136,23 @@ class RunCheckpoint:
                                 f"match this run's model ({error_line(e)}). Use the hparams "
                                 "`from-google` printed") from None
         self.optimizer.iterations.assign(step)
+
+
+def non_finite_variable(variables) -> Optional[str]:
+    """The name of the first floating-point variable holding NaN or Inf, or None.
+
+    One fused check over all variables (a reduction per variable, no copy to the host), then a
+    search only when something is wrong.
+    """
+    floating = [v for v in variables if tf.as_dtype(v.dtype).is_floating]
+    if not floating:
+        return None
+    if bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in floating])):
+        return None
+    for variable in floating:
+        if not bool(tf.reduce_all(tf.math.is_finite(variable))):
+            return variable.path if hasattr(variable, "path") else variable.name
+    return None
 
 
 def _read_string(path: str, name: str) -> Optional[str]:

@@ -303,25 +303,33 @@ def checkpoint_number(path: str) -> int:
 
 
 def checkpoint_problem(path: str) -> Optional[str]:
-    """Why the checkpoint `path` (a prefix `.../ckpt-N`) cannot be restored, or None if it can.
+    """Why the checkpoint `path` (a prefix `.../ckpt-N`) must not be restored, or None.
 
     Reads every tensor back: the bundle reader checks each tensor's CRC32C, so a truncated or
     garbled `.data` file, a garbled `.index` or a missing file is found here, before any
-    variable is assigned (costs one extra read of the checkpoint).
+    variable is assigned (costs one extra read of the checkpoint). A floating-point tensor
+    holding NaN or Inf (weights that diverged, saved by an older version or another tool) makes
+    the checkpoint unusable too: resuming from it could only fail again.
+
+    Returns:
+        None, "corrupted or incomplete: <reason>" or "non-finite: NaN or Inf in <tensor>".
     """
+    import numpy as np
     import tensorflow as tf
 
     try:
         reader = tf.train.load_checkpoint(path)
-        for name, dtype in reader.get_variable_to_dtype_map().items():
+        for name, dtype in sorted(reader.get_variable_to_dtype_map().items()):
             if dtype == tf.variant:  # the data iterator's state: not convertible to numpy
                 tf.raw_ops.RestoreV2(prefix=path, tensor_names=[name], shape_and_slices=[""],
                                      dtypes=[tf.variant])
-            else:
-                reader.get_tensor(name)
+                continue
+            value = reader.get_tensor(name)
+            if dtype.is_floating and not np.isfinite(value).all():
+                return f"non-finite: NaN or Inf in {name}"
     except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError, TypeError) as e:
         # (the reader raises IndexError for a data file cut short)
-        return error_line(e)
+        return f"corrupted or incomplete: {error_line(e)}"
     return None
 
 
@@ -377,12 +385,13 @@ def latest_good_checkpoint(directory: str, at_step: Optional[int] = None) -> Opt
             if bad:
                 logger.warning("resuming from %s, the newest intact checkpoint", path)
             return path
-        logger.warning("checkpoint %s is corrupted or incomplete, skipping it: %s", path, problem)
-        bad.append(path)
+        kind, detail = problem.split(": ", 1)
+        logger.warning("checkpoint %s is %s, skipping it: %s", path, kind, detail)
+        bad.append(f"{os.path.basename(path)} ({problem})")
     if bad and at_step is None:
         raise TrainingError(
-            f"no readable checkpoint in {directory}: {', '.join(bad)} are corrupted or incomplete. "
-            "Restore them from a backup, or use --overwrite to start afresh")
+            f"no readable checkpoint in {directory}: {'; '.join(bad)}. Restore them from a "
+            "backup, or use --overwrite to start afresh")
     return None
 
 
