@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line
 from electra_tf.training import run_dir
 
@@ -51,6 +52,9 @@ class RunCheckpoint:
         self.optimizer = optimizer
         self.directory = directory
         self.max_to_keep = max_to_keep
+        if os.path.isdir(directory):
+            # TensorFlow's CheckpointManager fails on a damaged state file: rewrite it first.
+            run_dir.repair_checkpoint_state(directory)
         self.track_data(data_iterator, data_key)
 
     def _model_items(self) -> dict:
@@ -92,7 +96,9 @@ class RunCheckpoint:
                 f"good checkpoint is {self.latest}; lower learning_rate (or set "
                 "max_skipped_nonfinite_steps) and rerun to resume from it")
         try:
-            return self.manager.save(checkpoint_number=step)
+            path = self.manager.save(checkpoint_number=step)
+            _sync(path, self.directory)
+            return path
         except (tf.errors.OpError, OSError) as e:
             name = os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{step}")
             shutil.rmtree(name + "_temp", ignore_errors=True)
@@ -136,6 +142,21 @@ class RunCheckpoint:
                                 f"match this run's model ({error_line(e)}). Use the hparams "
                                 "`from-google` printed") from None
         self.optimizer.iterations.assign(step)
+
+
+def _sync(prefix: str, directory: str) -> None:
+    """Flushes a saved checkpoint's files, then the `checkpoint` state file TensorFlow renamed
+    into place, then the directory, to the disk: after a power loss the state file is never
+    empty and never names files that are not there. (Remote filesystems, `gs://...`, have
+    their own guarantees: nothing to do.)"""
+    if "://" in directory:
+        return
+    for path in sorted(tf.io.gfile.glob(prefix + ".*")):
+        atomic.fsync_path(path)
+    state = os.path.join(directory, run_dir.CHECKPOINT_STATE_NAME)
+    if os.path.exists(state):
+        atomic.fsync_path(state)
+    atomic.fsync_path(directory)
 
 
 def non_finite_variable(variables) -> Optional[str]:

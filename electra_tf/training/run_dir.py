@@ -45,6 +45,7 @@ EVAL_RESULTS_NAME = "eval_results.txt"
 EVAL_SUMMARY_DIR = "eval"
 # tf.train.CheckpointManager's checkpoint_name: checkpoints are `ckpt-<global step>`.
 CHECKPOINT_PREFIX = "ckpt"
+CHECKPOINT_STATE_NAME = "checkpoint"  # TensorFlow's state file: the latest and kept checkpoints
 # Where a non-chief worker keeps its own checkpoints: its data iterator position differs from the
 # chief's, so it needs its own to resume exactly (`worker_checkpoint_dir`).
 WORKER_CHECKPOINT_DIR = "workers"
@@ -67,7 +68,7 @@ _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
 # Every top-level name a run directory may hold (`is_run_entry`): what `--overwrite` may delete.
 _RUN_ENTRIES = frozenset((
     CONFIG_NAME, VOCAB_NAME, DATASET_MANIFEST_COPY, EVAL_RESULTS_NAME, EVAL_SUMMARY_DIR,
-    "checkpoint", WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
+    CHECKPOINT_STATE_NAME, WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
     FINETUNING_RESULTS_DIR, LOCK_NAME))
 _RUN_ENTRY_PATTERN = re.compile(
     r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp)"  # checkpoints, an interrupted save
@@ -357,6 +358,72 @@ def checkpoint_candidates(directory: str) -> List[str]:
     return [prefix for _, prefix in sorted(numbered, reverse=True)]
 
 
+def checkpoint_state_problem(directory: str) -> Optional[str]:
+    """What is wrong with `directory`'s `checkpoint` state file, or None (also when absent).
+
+    A power loss after an unsynced rename leaves it empty; bit rot leaves bytes TensorFlow
+    cannot parse (a ValueError, or a UnicodeDecodeError, from every reader of the directory).
+    """
+    import tensorflow as tf
+
+    path = os.path.join(directory, CHECKPOINT_STATE_NAME)
+    if not os.path.exists(path):
+        return None
+    if os.path.getsize(path) == 0:
+        return "it is empty (0 bytes)"
+    try:
+        state = tf.train.get_checkpoint_state(directory)
+    except (tf.errors.OpError, ValueError) as e:
+        return f"unreadable: {error_line(e, limit=120)}"
+    if state is None or not state.model_checkpoint_path:
+        return "it names no checkpoint"
+    return None
+
+
+def repair_checkpoint_state(directory: str) -> Optional[str]:
+    """Rewrites a damaged `checkpoint` state file from the `ckpt-N` files on disk.
+
+    The rewritten file lists every checkpoint with an index file and names the newest as the
+    latest (whether it is intact is checked when it is read, `latest_good_checkpoint`). It is
+    written atomically and synced. Call only while holding the directory's lock.
+
+    Returns:
+        The problem found (and repaired), or None if the state file was fine or absent.
+
+    Raises:
+        TrainingError: the file is damaged and cannot be rewritten (a read-only directory).
+    """
+    problem = checkpoint_state_problem(directory)
+    if problem is None:
+        return None
+    prefixes = _indexed_checkpoints(directory)
+    path = os.path.join(directory, CHECKPOINT_STATE_NAME)
+    try:
+        if prefixes:
+            names = [os.path.basename(prefix) for prefix in prefixes]
+            atomic.write_text(path, f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
+                f'all_model_checkpoint_paths: "{name}"\n' for name in names))
+        else:
+            os.remove(path)
+    except OSError as e:
+        raise TrainingError(f"the checkpoint state file {shown_path(path)} is damaged ({problem}) "
+                            f"and cannot be rewritten: {error_line(e)}") from None
+    logger.warning("the checkpoint state file %s was damaged (%s): rewritten from the %d "
+                   "checkpoint(s) on disk", shown_path(path), problem, len(prefixes))
+    return problem
+
+
+def _indexed_checkpoints(directory: str) -> List[str]:
+    """Prefixes of the `ckpt-N` with an index file in `directory`, oldest (lowest N) first."""
+    pattern = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
+    found = []
+    for name in os.listdir(directory):
+        match = pattern.match(name)
+        if match:
+            found.append((int(match.group(1)), os.path.join(directory, name[:-len(".index")])))
+    return [prefix for _, prefix in sorted(found)]
+
+
 def latest_good_checkpoint(directory: str, at_step: Optional[int] = None) -> Optional[str]:
     """The newest checkpoint in `directory` that reads back intact (see `checkpoint_problem`).
 
@@ -419,7 +486,7 @@ def checkpoint_to_read(model_dir: str, checkpoint: Optional[str] = None) -> Opti
 
     if checkpoint:
         if os.path.isdir(checkpoint):
-            found = tf.train.latest_checkpoint(checkpoint)
+            found = latest_good_checkpoint(checkpoint)
             if found is None:
                 raise TrainingError(f"--checkpoint {checkpoint}: directory has no checkpoint")
             return CheckpointToRead(found, imported=False)
@@ -431,7 +498,7 @@ def checkpoint_to_read(model_dir: str, checkpoint: Optional[str] = None) -> Opti
     if own is not None:
         return CheckpointToRead(own, imported=False)
     init_dir = os.path.join(model_dir, INIT_CHECKPOINT_DIR)
-    imported = tf.train.latest_checkpoint(init_dir) if tf.io.gfile.isdir(init_dir) else None
+    imported = latest_good_checkpoint(init_dir)
     return CheckpointToRead(imported, imported=True) if imported else None
 
 

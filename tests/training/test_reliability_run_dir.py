@@ -141,3 +141,31 @@ def test_damaged_config_json_is_named_and_overwrite_then_works(trained, data_dir
     trainer.close()
     assert trainer.step == 0
     assert PretrainingConfig.load(os.path.join(model_dir, "config.json")).model_name == name
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. A damaged `checkpoint` state file
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("content", [b"", bytes(range(256)) * 2, b"garbage: not a proto\n"],
+                         ids=["empty", "random_bytes", "text"])
+def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
+        trained, data_dir, content, caplog):
+    name = f"state_{len(content)}"
+    model_dir = _copy(trained, data_dir, name)
+    with open(os.path.join(model_dir, "checkpoint"), "wb") as f:
+        f.write(content)
+    # Every reader of the directory survives it: converters and fine-tuning (load_run) ...
+    assert run_dir.load_run(model_dir).checkpoint == os.path.join(model_dir, "ckpt-2")
+    # ... and the trainer, which rewrites the state file before TensorFlow's manager reads it.
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        trainer = trainer_lib.Trainer(fx.tiny_config(data_dir, name, **dict(RUN, num_train_steps=4)))
+    assert trainer.restored_from == os.path.join(model_dir, "ckpt-2") and trainer.step == 2
+    assert any("checkpoint state file" in r.getMessage() and "was damaged" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    import tensorflow as tf
+
+    assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-2")
+    trainer.train()
+    trainer.close()
+    assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-4")
+    assert run_dir.checkpoint_state_problem(model_dir) is None
