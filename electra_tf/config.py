@@ -23,7 +23,7 @@ import typing
 from typing import Any, Mapping, Optional, Union
 
 from electra_tf import atomic
-from electra_tf.errors import ElectraError
+from electra_tf.errors import ElectraError, is_utf8_path, shown_path
 
 MODEL_SIZES = ("small", "base", "large")
 MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
@@ -357,6 +357,12 @@ class PretrainingConfig:
         need(self.inter_op_threads is None or self.inter_op_threads >= 0,
              f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
+        for key in ("model_dir", "vocab_file", "pretrain_tfrecords", "eval_tfrecords",
+                    "two_stage_generator_dir"):
+            path = getattr(self, key)
+            need(path is None or is_utf8_path(path),
+                 f"{key} {shown_path(path or '')}: TensorFlow reads and writes only file names "
+                 "that are valid UTF-8; rename the directory")
         unknown = sorted(set(self.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
         need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
                           f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")

@@ -69,3 +69,12 @@ def shown_path(path: Union[str, bytes, os.PathLike]) -> str:
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
+
+def is_utf8_path(path: Union[str, bytes, os.PathLike]) -> bool:
+    """True if the file name's bytes are valid UTF-8 (what TensorFlow's file APIs need)."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

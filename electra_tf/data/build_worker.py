@@ -21,7 +21,7 @@ from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.tfrecord_io import ExampleSerializer
-from electra_tf.errors import ElectraError
+from electra_tf.errors import ElectraError, shown_path
 from electra_tf.vocab import load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
@@ -136,7 +136,7 @@ class BuildWorker:
                     pending[split] = []
         except OSError as e:
             raise BuildError(
-                f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
+                f"cannot read corpus file {shown_path(corpus_file.path)}: {e.strerror or e}") from e
         for split, batch in pending.items():
             self._scatter(writers[split], batch, report)
 
@@ -157,7 +157,7 @@ class BuildWorker:
     def _check_input(self, read: ReadStats, corpus_file: CorpusFile) -> None:
         if self.spec.strict_input and read.problems:
             first = next(iter(read.problems.values()))  # checked after every batch: the first
-            raise BuildError(f"bad input in {corpus_file.path}: {format_problem(first)} "
+            raise BuildError(f"bad input in {shown_path(corpus_file.path)}: {format_problem(first)} "
                              f"(--bad-input skip counts such problems instead)")
 
     def _scatter(self, writer: BucketWriter, batch: List[Tuple[int, PackedExample]],
@@ -184,7 +184,7 @@ class BuildWorker:
 
 def _input_entry(corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
                  problems: List[dict]) -> dict:
-    entry = {"file": corpus_file.relpath, "bytes": corpus_file.size,
+    entry = {"file": shown_path(corpus_file.relpath), "bytes": corpus_file.size,
              "text_bytes": read.bytes_read,
              "documents": sum(s.documents for s in stats.splits.values()),
              "examples": {split: s.examples for split, s in stats.splits.items()}}

@@ -58,6 +58,7 @@ from electra_tf.data.packing import PackSettings
 from electra_tf.data.shuffle import BucketLayout, ShuffleError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
+from electra_tf.errors import is_utf8_path, shown_path
 from electra_tf.vocab import load_vocab
 
 __all__ = ["BuildConfig", "BuildError", "build_dataset", "resolve_config", "format_command"]
@@ -195,9 +196,14 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
     out, corpus = os.path.realpath(config.output_dir), os.path.realpath(corpus_dir)
     if out == corpus or out.startswith(corpus + os.sep):
         raise BuildError(
-            f"--output-dir {config.output_dir} must not be inside --corpus-dir {corpus_dir}")
+            f"--output-dir {shown_path(config.output_dir)} must not be inside --corpus-dir "
+            f"{shown_path(corpus_dir)}")
     if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
-        raise BuildError(f"--output-dir {config.output_dir} exists and is not a directory")
+        raise BuildError(f"--output-dir {shown_path(config.output_dir)} exists and is not a "
+                         "directory")
+    if not is_utf8_path(config.output_dir):
+        raise BuildError(f"--output-dir {shown_path(config.output_dir)}: TensorFlow writes and "
+                         "reads only file names that are valid UTF-8; choose another directory")
     return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file)
 
 
@@ -306,7 +312,7 @@ def build_dataset(config: BuildConfig) -> dict:
     check_output_dir(config.output_dir, config.overwrite)
     files = list_corpus_files(config.corpus_dir)
     if sum(f.size for f in files) == 0:
-        raise BuildError(f"corpus dir {config.corpus_dir} contains only empty files")
+        raise BuildError(f"corpus dir {shown_path(config.corpus_dir)} contains only empty files")
     if config.learn_vocab is not None:
         _learn_vocab(config, files)
     vocab = load_vocab(config.vocab_file)
@@ -337,7 +343,8 @@ def build_dataset(config: BuildConfig) -> dict:
             train, evals = totals.pack.splits["train"], totals.pack.splits["eval"]
             if train.examples == 0:
                 raise BuildError(
-                    f"no training examples: the corpus in {config.corpus_dir} has no tokenizable "
+                    f"no training examples: the corpus in {shown_path(config.corpus_dir)} has no "
+                    f"tokenizable "
                     f"text" + (" outside the held-out documents" if evals.examples else ""))
             _join_inputs(plan)
             phases["pack"] = time.monotonic() - phase_start

@@ -18,6 +18,7 @@ from typing import Dict, List, Sequence
 from electra_tf import atomic
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
+from electra_tf.errors import shown_path
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
         # unverified, never to be mixed with a new build's.
         if not overwrite:
             raise BuildError(
-                f"output dir {output_dir} holds an interrupted build ({len(partial)} "
+                f"output dir {shown_path(output_dir)} holds an interrupted build ({len(partial)} "
                 f"temporary {TMP_PREFIX}* file(s), {len(names) - len(partial)} shard(s), no "
                 f"{MANIFEST_NAME}); pass --overwrite to delete it and build afresh")
         logger.warning("--overwrite: removing an interrupted build in %s (%d temporary files, no "
@@ -61,7 +62,7 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
         return
     if names and not overwrite:
         raise BuildError(
-            f"output dir {output_dir} exists and is not empty; pass --overwrite to replace "
+            f"output dir {shown_path(output_dir)} exists and is not empty; pass --overwrite to replace "
             f"the dataset in it")
 
 

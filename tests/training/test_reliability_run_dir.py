@@ -67,6 +67,13 @@ def test_model_name_must_be_one_directory_name(data_dir, name):
         PretrainingConfig.create(name, data_dir, fx.tiny_hparams())
 
 
+def test_data_dir_tensorflow_cannot_name_is_refused_naming_it_escaped(tmp_path):
+    data_dir = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9")
+    with pytest.raises(ConfigError, match=r"model_dir .*caf\\xe9/models/x: TensorFlow reads and "
+                                          r"writes only file names that are valid UTF-8"):
+        PretrainingConfig.create("x", data_dir, fx.tiny_hparams())
+
+
 def test_empty_model_name_from_an_unset_variable_writes_and_deletes_nothing(
         trained, data_dir, capsys):
     """`--model-name "$UNSET" --overwrite`: one line, exit 2; every run under models/ stays."""
