@@ -59,6 +59,7 @@ from electra_tf.data.shuffle import BucketLayout, ShuffleError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
 from electra_tf.errors import is_utf8_path, shown_path
+from electra_tf.locking import DirectoryLock
 from electra_tf.vocab import load_vocab
 
 __all__ = ["BuildConfig", "BuildError", "build_dataset", "resolve_config", "format_command"]
@@ -305,10 +306,24 @@ def build_dataset(config: BuildConfig) -> dict:
 
     Raises:
         BuildError, CorpusError, VocabError: bad input or settings (one-line messages).
+        LockError: another process writes to the output dir.
     """
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
     config = resolve_config(config)
+    created = not os.path.isdir(config.output_dir)
+    os.makedirs(config.output_dir, exist_ok=True)
+    try:
+        # One writer per output dir: a second build there stops with one line naming this one.
+        with DirectoryLock(config.output_dir, "--output-dir"):
+            return _build(config, started_at, start)
+    finally:
+        if created and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
+            os.rmdir(config.output_dir)
+
+
+def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
+    """`build_dataset` once the output dir is locked."""
     check_output_dir(config.output_dir, config.overwrite)
     files = list_corpus_files(config.corpus_dir)
     if sum(f.size for f in files) == 0:
@@ -330,7 +345,6 @@ def build_dataset(config: BuildConfig) -> dict:
     text_mb = sum(estimated_text_bytes(f) for f in files) / 1e6
     logger.info("building from %d files (~%.1f MB of text) in %s with %d process(es) into %s",
                 len(files), text_mb, config.corpus_dir, plan.num_processes, config.output_dir)
-    created_dir = not os.path.isdir(config.output_dir)
     os.makedirs(plan.shuffle_dir)
     phases = {}
     try:
@@ -367,8 +381,6 @@ def build_dataset(config: BuildConfig) -> dict:
         shutil.rmtree(plan.shuffle_dir)
     except BaseException as e:
         remove_temporaries(plan.temp_paths())
-        if created_dir and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
-            os.rmdir(config.output_dir)
         if isinstance(e, (WorkerFailed, ShuffleError)):
             raise BuildError(str(e)) from None
         raise

@@ -20,7 +20,7 @@ from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from electra_tf import atomic
+from electra_tf import atomic, locking
 from electra_tf.data import tfrecord_io
 from electra_tf.errors import ElectraError, error_line
 
@@ -252,6 +252,7 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
     total, manifests, expected_counts = 0, [], {}
     for directory in sorted({os.path.dirname(f) for f in files}):
         matched = sorted(f for f in files if os.path.dirname(f) == directory)
+        _check_not_being_built(directory)
         manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
         if not os.path.exists(manifest_path):
             _check_not_interrupted(directory)
@@ -278,6 +279,14 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
         summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
                        skipped_records=plan["skipped_records"], problems=plan["problems"])
     return summary
+
+
+def _check_not_being_built(directory: str) -> None:
+    """Refuses shards a builder is writing right now (it holds the directory's lock)."""
+    holder = locking.current_holder(directory)
+    if holder is not None:
+        raise DataError(f"{directory} is being written right now by {locking.describe(holder)}: "
+                        "wait for the build to finish")
 
 
 def _check_not_interrupted(directory: str) -> None:

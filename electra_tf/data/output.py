@@ -19,6 +19,7 @@ from electra_tf import atomic
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.errors import shown_path
+from electra_tf.locking import LOCK_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,8 @@ def temp_prefix(output_dir: str) -> str:
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
     """Refuses a non-empty output dir without `overwrite`; clears an interrupted build with it."""
-    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
+    names = [n for n in (os.listdir(output_dir) if os.path.isdir(output_dir) else [])
+             if n != LOCK_NAME]  # this build's own lock
     partial = [n for n in names if is_temporary(n)]
     if names and MANIFEST_NAME not in names and all(
             is_temporary(n) or is_our_file(n) for n in names):

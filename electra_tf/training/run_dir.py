@@ -32,7 +32,7 @@ from typing import List, NamedTuple, Optional
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
-from electra_tf.locking import LOCK_NAME
+from electra_tf.locking import LOCK_NAME, DirectoryLock
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -222,6 +222,35 @@ def remove_run(model_dir: str) -> bool:
                 os.remove(path)
     logger.info("--overwrite: deleted the previous run in %s", shown_path(model_dir))
     return True
+
+
+def lock(directory: str, training: bool) -> Optional[DirectoryLock]:
+    """Locks the directory this process writes (a run, or a non-chief worker's own checkpoints)
+    before anything there is written or deleted; a second writer stops with one line naming
+    this process (`electra_tf.locking`).
+
+    Args:
+        directory: str. The directory.
+        training: bool. The run trains (creates the directory). Otherwise (evaluation or export
+            only) a missing directory is not created (the run stops with "no checkpoint"), and a
+            read-only one is used without a lock (only what can be written is).
+
+    Raises:
+        LockError: another process writes there.
+        TrainingError: a training run cannot write there.
+    """
+    if not training and not os.path.isdir(directory):
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        return DirectoryLock(directory, "model dir").acquire()
+    except OSError as e:
+        if training:
+            raise TrainingError(f"cannot write in the model dir {shown_path(directory)}: "
+                                f"{error_line(e)}") from None
+        logger.warning("model dir %s is not writable (%s): running without its lock",
+                       shown_path(directory), error_line(e))
+        return None
 
 
 def worker_checkpoint_dir(model_dir: str, task_id: int) -> str:

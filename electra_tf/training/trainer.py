@@ -66,6 +66,16 @@ class Trainer:
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = inputs.check_datasets(config, self.vocab)
+        # One writer per run directory, from here until close() (or the process's end).
+        self._lock = run_dir.lock(self._checkpoint_dir(), training=config.do_train)
+        try:
+            self._set_up(overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, overwrite: bool) -> None:
+        config = self.config
         self._prepare_run_dir(overwrite)
         self._build()
         # The data position is checkpointed with the model, so a resumed run continues the data
@@ -178,8 +188,10 @@ class Trainer:
                                              self.strategy.cluster_resolver.task_id)
 
     def close(self) -> None:
-        """Releases what the run holds on its directory (idempotent; the process's exit does
-        too)."""
+        """Releases the run directory's lock (idempotent; the process's exit does too)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> "Trainer":
         return self
@@ -335,7 +347,12 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
         {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    trainer = Trainer(config, strategy, overwrite=overwrite)
+    with Trainer(config, strategy, overwrite=overwrite) as trainer:
+        return _run(trainer)
+
+
+def _run(trainer: Trainer) -> dict:
+    config = trainer.config
     results = {}
     if config.do_train:
         results["train"] = trainer.train()

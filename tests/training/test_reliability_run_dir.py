@@ -6,9 +6,13 @@ Every case runs the real code path on real files (copies of a tiny trained run) 
 the user sees and that nothing else on disk was touched.
 """
 
+import json
 import logging
 import os
 import shutil
+import signal
+import subprocess
+import time
 
 import pytest
 
@@ -18,6 +22,7 @@ from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
+from tests.test_locking import wait_for_holder
 
 RUN = dict(num_train_steps=2, save_checkpoints_steps=2, iterations_per_loop=2)
 
@@ -176,3 +181,44 @@ def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
     trainer.close()
     assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-4")
     assert run_dir.checkpoint_state_problem(model_dir) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. One writer per run directory (a real second process)
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_second_writer_of_a_run_stops_and_a_killed_writers_lock_is_taken_over(
+        data_dir, capsys, caplog):
+    """A training process holds its run directory: a second run_pretraining.py on it (even with
+    --overwrite) stops with one line naming it and deletes nothing. After the first is
+    SIGKILLed its lock file is stale: the next run takes it over, naming the dead process, and
+    resumes from the killed run's checkpoint."""
+    hparams = fx.tiny_hparams(num_train_steps=100000, save_checkpoints_steps=2,
+                              iterations_per_loop=2)
+    model_dir = os.path.join(data_dir, "models", "contended")
+    first = subprocess.Popen(fx.run_pretraining_command(data_dir, "contended", hparams),
+                             env=fx.subprocess_env(), cwd=fx.REPO_ROOT, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_holder(model_dir, first.pid, first, timeout=300)
+        deadline = time.monotonic() + 300
+        while fx.latest_step(model_dir) is None:  # its step-0 checkpoint is written
+            assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
+            time.sleep(0.05)
+        first.send_signal(signal.SIGSTOP)
+        checkpoints = sorted(n for n in os.listdir(model_dir) if n.startswith("ckpt-"))
+        code, err = _main(capsys, "--data-dir", data_dir, "--model-name", "contended",
+                          "--hparams", json.dumps(hparams), "--overwrite")
+        line = _one_error_line(code, err)
+        assert f"model dir {model_dir} is in use by pid {first.pid} on host" in line, line
+        assert sorted(n for n in os.listdir(model_dir) if n.startswith("ckpt-")) == checkpoints
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=60)
+    latest = fx.latest_step(model_dir)
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        trainer = trainer_lib.Trainer(PretrainingConfig.create("contended", data_dir, hparams))
+    trainer.close()
+    assert any(f"taking over a stale lock of pid {first.pid}" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    assert trainer.step == latest
