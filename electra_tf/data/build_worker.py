@@ -21,7 +21,7 @@ from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.tfrecord_io import ExampleSerializer
-from electra_tf.errors import ElectraError, shown_path
+from electra_tf.errors import ElectraError, error_line, shown_path
 from electra_tf.vocab import load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
@@ -91,6 +91,12 @@ class BuildWorker:
             {"read": ReadStats fields (problems: at most MAX_LISTED_PROBLEMS, in file order),
              "problems": total problem records, "pack": PackStats.to_dict()}.
         """
+        try:
+            return self._pack_task(task, report)
+        except OSError as e:  # reading errors are BuildErrors already: this is a failed write
+            raise write_error(e, "the shuffle's temporary files", self.spec.shuffle_dir) from None
+
+    def _pack_task(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
         task_index, files = task
         spec = self.spec
         writers = {split: BucketWriter(spec.shuffle_dir, split, spec.layouts[split],
@@ -177,9 +183,23 @@ class BuildWorker:
         writers = range(spec.num_writers)
         files = [[p for p in (bucket_path(spec.shuffle_dir, split, b, w) for w in writers)
                   if os.path.exists(p)] for b in buckets]
-        return gather_unit(files, shards, spec.layouts[split].num_shards, spec.shard_paths[split],
-                           spec.memory_bytes, spec.shuffle_dir,
-                           report=lambda n: report(written=n))
+        import tensorflow as tf  # the shard writer's: gather_unit imports it anyway
+
+        try:
+            return gather_unit(files, shards, spec.layouts[split].num_shards,
+                               spec.shard_paths[split], spec.memory_bytes, spec.shuffle_dir,
+                               report=lambda n: report(written=n))
+        except (OSError, tf.errors.OpError) as e:  # a full disk: ResourceExhaustedError
+            raise write_error(e, f"the {split} shards",
+                              os.path.dirname(spec.shuffle_dir)) from None
+
+
+def write_error(error: BaseException, what: str, directory: str) -> BuildError:
+    """The one-line BuildError for a failed write (a full disk, a read-only directory; also
+    TensorFlow's file errors, which are not OSErrors)."""
+    return BuildError(f"cannot write {what} in {shown_path(directory)} ({error_line(error)}); "
+                      "free space there (or choose another --output-dir) and rerun with "
+                      "--overwrite")
 
 
 def _input_entry(corpus_file: CorpusFile, read: ReadStats, stats: PackStats,

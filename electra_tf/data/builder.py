@@ -47,7 +47,8 @@ from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from electra_tf import atomic
-from electra_tf.data.build_worker import BuildError, BuildWorker, WorkerSpec, inputs_part_path
+from electra_tf.data.build_worker import (BuildError, BuildWorker, WorkerSpec, inputs_part_path,
+                                         write_error)
 from electra_tf.data.corpus import CorpusFile, format_problem, list_corpus_files
 from electra_tf.data.formats import (DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS, InputSettings,
                                      estimated_text_bytes, is_compressed)
@@ -383,10 +384,15 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
         remove_temporaries(plan.temp_paths())
         if isinstance(e, (WorkerFailed, ShuffleError)):
             raise BuildError(str(e)) from None
+        if isinstance(e, OSError):
+            raise write_error(e, "the dataset", config.output_dir) from None
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME)
-    atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
+    try:
+        atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
+    except OSError as e:
+        raise write_error(e, MANIFEST_NAME, config.output_dir) from None
     _log_summary(config, manifest)
     return manifest
 

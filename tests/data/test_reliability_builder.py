@@ -1,4 +1,5 @@
-"""Fault injection on the dataset builder: SIGKILL mid-build, then rerun.
+"""Fault injection on the dataset builder: SIGKILL mid-build, then rerun; a second builder on
+the same output directory; a disk that fills up mid-build.
 
 A real `build_pretraining_dataset.py` process over a corpus that takes a few seconds is killed
 once its temporary files (the shuffle's bucket files) hold data. The rerun must not mix the killed build's files with its own:
@@ -19,6 +20,7 @@ import pytest
 
 from electra_tf import locking
 from electra_tf.data import pipeline
+from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 from tests.test_locking import wait_for_holder
 
@@ -154,3 +156,28 @@ def test_second_builder_on_the_same_output_dir_stops_naming_the_first(inputs):
     manifest = json.load(open(os.path.join(out, "manifest.json")))
     listed = sorted(s["file"] for split in manifest["splits"].values() for s in split["shards"])
     assert sorted(listed + ["inputs.jsonl", "manifest.json"]) == sorted(os.listdir(out))
+
+
+@pytest.mark.slow  # two builds, ~50 s on 2 shared cores
+def test_disk_full_mid_build_is_one_line_and_leaves_no_temporaries(inputs, tmp_path):
+    """A real full filesystem (a tmpfs with 96 KiB free, far less than the dataset): one line
+    naming the directory and ENOSPC, exit 2, the build's temporary files removed; with space
+    again the same command (with --overwrite) builds the dataset."""
+    with faults.small_filesystem(str(tmp_path / "disk"), size="4m") as disk:
+        out = os.path.join(disk, "out")
+        filler = faults.fill(disk, 96 << 10)
+        full = subprocess.run(_command(inputs, out), env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        errors = [line for line in full.stderr.splitlines()
+                  if line.startswith("build_pretraining_dataset.py: error:")]
+        assert full.returncode == 2 and len(errors) == 1, full.stderr[-3000:]
+        assert "Traceback" not in full.stderr, full.stderr[-3000:]
+        assert "cannot write" in errors[0] and out in errors[0], errors[0]
+        assert "No space left on device" in errors[0], errors[0]
+        assert not os.path.exists(out) or not any(  # a directory it created is removed
+            n.startswith(".partial-") for n in os.listdir(out)), os.listdir(out)
+        os.remove(filler)
+        rerun = subprocess.run(_command(inputs, out, "--overwrite"), env=fx.subprocess_env(),
+                               cwd=fx.REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert os.path.isfile(os.path.join(out, "manifest.json"))

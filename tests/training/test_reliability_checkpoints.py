@@ -10,7 +10,6 @@ import gc
 import logging
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -19,6 +18,7 @@ import tensorflow as tf
 from electra_tf.config import ConfigError
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
+from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 
 RUN = dict(num_train_steps=4, save_checkpoints_steps=2, iterations_per_loop=2, keep_checkpoint_max=0)
@@ -146,26 +146,8 @@ def test_all_checkpoints_damaged_is_a_clear_error(original, data_dir):
 @pytest.fixture
 def small_disk(tmp_path):
     """An 8 MiB tmpfs (root only); skipped where mounting is not allowed."""
-    mount_point = str(tmp_path / "small_disk")
-    os.makedirs(mount_point)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mount_point],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    with faults.small_filesystem(str(tmp_path / "small_disk")) as mount_point:
         yield mount_point
-    finally:
-        gc.collect()  # close the trainers' files on the mount
-        if subprocess.run(["umount", mount_point], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", mount_point], check=False)
-
-
-def _fill(directory, leave_bytes):
-    """Fills the filesystem of `directory` up to `leave_bytes` free."""
-    stat = os.statvfs(directory)
-    free = stat.f_bavail * stat.f_frsize
-    with open(os.path.join(directory, "filler"), "wb") as f:
-        f.write(b"\0" * max(free - leave_bytes, 0))
 
 
 def test_disk_full_while_checkpointing_fails_clearly_and_keeps_last_good(data_dir, small_disk):
@@ -174,7 +156,7 @@ def test_disk_full_while_checkpointing_fails_clearly_and_keeps_last_good(data_di
     trainer = trainer_lib.Trainer(config)
     trainer.train(stop_at_step=2)  # ckpt-0 and ckpt-2 fit
     checkpoint_bytes = os.path.getsize(_data_file(model_dir, 2))
-    _fill(small_disk, checkpoint_bytes // 2)  # the next save runs out of space mid-write
+    faults.fill(small_disk, checkpoint_bytes // 2)  # the next save runs out of space mid-write
     with pytest.raises(trainer_lib.TrainingError, match="cannot save checkpoint .*ckpt-4") as info:
         trainer.train()
     assert "No space left" in str(info.value) or "ENOSPC" in str(info.value)

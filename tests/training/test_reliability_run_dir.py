@@ -17,10 +17,10 @@ import time
 import pytest
 
 import run_pretraining
-from electra_tf import cli
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
+from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 from tests.test_locking import wait_for_holder
 
@@ -52,15 +52,10 @@ def _tree(path):
 
 
 def _main(capsys, *argv):
-    code = run_pretraining.main(list(argv))
-    return code, capsys.readouterr().err
+    return faults.run_main(run_pretraining.main, capsys, *argv)
 
 
-def _one_error_line(code, err):
-    lines = [line for line in err.splitlines() if line.startswith("run_pretraining.py: error:")]
-    assert code == cli.EXIT_USER_ERROR, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+_one_error_line = faults.one_error_line
 
 
 # ------------------------------------------------------------------------------------------------
