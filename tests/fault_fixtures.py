@@ -60,3 +60,23 @@ def one_error_line(code: int, err: str, prog: str = "run_pretraining.py") -> str
     assert code == 2, (code, err[-3000:])
     assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
     return lines[0]
+
+
+def flip_tensor_bytes(prefix: str, name: str) -> str:
+    """Damages the tensor `name` of the checkpoint `prefix` on disk, as bit rot would: a few
+    bytes in the middle of its stored value are inverted (its CRC32C no longer matches).
+    Returns `name`."""
+    import tensorflow as tf
+
+    value = tf.train.load_checkpoint(prefix).get_tensor(name).tobytes()
+    data_path = f"{prefix}.data-00000-of-00001"
+    with open(data_path, "rb") as f:
+        data = f.read()
+    offset = data.find(value)
+    assert offset >= 0 and data.find(value, offset + 1) < 0, f"{name} not found once in {data_path}"
+    middle = offset + len(value) // 2
+    damaged = bytes(b ^ 0xFF for b in data[middle:middle + 8])
+    with open(data_path, "r+b") as f:
+        f.seek(middle)
+        f.write(damaged)
+    return name

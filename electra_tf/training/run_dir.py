@@ -13,7 +13,9 @@
 
 Everything that writes the directory as a whole (`prepare`, `copy_dataset_manifest`,
 `remove_run`, `write_imported`) or reads it (`tokenization_settings`, `checkpoint_to_read`,
-`load_run`) is here, so the trainer, the exporters, the converters and fine-tuning agree on it.
+`load_run`) is here, so the trainer, the exporters, the converters and fine-tuning agree on it;
+finding, checking and repairing its checkpoint files is in `training.checkpoint_files` (its
+names are imported here).
 Problems are `TrainingError`s naming the path.
 
 TensorFlow is imported only by the functions that read or write checkpoints, so the names serve
@@ -27,12 +29,16 @@ import logging
 import os
 import re
 import shutil
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.locking import LOCK_NAME, DirectoryLock
+from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
+    CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, CheckpointToRead,
+    checkpoint_candidates, checkpoint_number, checkpoint_problem, checkpoint_state_problem,
+    checkpoint_step, checkpoint_to_read, latest_good_checkpoint, repair_checkpoint_state)
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -43,15 +49,9 @@ VOCAB_NAME = "vocab.txt"
 DATASET_MANIFEST_COPY = "dataset_manifest.json"
 EVAL_RESULTS_NAME = "eval_results.txt"
 EVAL_SUMMARY_DIR = "eval"
-# tf.train.CheckpointManager's checkpoint_name: checkpoints are `ckpt-<global step>`.
-CHECKPOINT_PREFIX = "ckpt"
-CHECKPOINT_STATE_NAME = "checkpoint"  # TensorFlow's state file: the latest and kept checkpoints
 # Where a non-chief worker keeps its own checkpoints: its data iterator position differs from the
 # chief's, so it needs its own to resume exactly (`worker_checkpoint_dir`).
 WORKER_CHECKPOINT_DIR = "workers"
-# Where `from-google` puts the imported weights (`tf.train.Checkpoint(model=..., step=...)`); a run
-# starts from them when it has no checkpoint of its own.
-INIT_CHECKPOINT_DIR = "init_checkpoint"
 EXPORT_DIR = "export"
 FINETUNING_MODELS_DIR = "finetuning_models"
 FINETUNING_RESULTS_DIR = "results"
@@ -75,10 +75,6 @@ _RUN_ENTRY_PATTERN = re.compile(
     r"|checkpoint\.tmp[0-9a-f]*"  # TensorFlow's temporary state file
     r"|events\.out\.tfevents\..*"  # TensorBoard
     r"|\..+\.tmp-[a-z0-9_]+(\.old)?)$")  # an interrupted atomic write (electra_tf.atomic)
-# Checkpoint keys of the step counter: the trainer's optimizer, or from-google's `step`.
-_STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
-              "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
-              "step/.ATTRIBUTES/VARIABLE_VALUE")
 # BERT's accent stripping when nothing records the setting (the builder's default too).
 DEFAULT_STRIP_ACCENTS = True
 
@@ -325,223 +321,6 @@ def tokenization_settings(config: PretrainingConfig,
                                         bool(manifest.get("strip_accents", DEFAULT_STRIP_ACCENTS)),
                                         path)
     return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
-
-
-def checkpoint_number(path: str) -> int:
-    """N of a checkpoint prefix `.../ckpt-N` (the global step it was saved at)."""
-    return int(os.path.basename(path).rsplit("-", 1)[1])
-
-
-def checkpoint_problem(path: str) -> Optional[str]:
-    """Why the checkpoint `path` (a prefix `.../ckpt-N`) must not be restored, or None.
-
-    Reads every tensor back: the bundle reader checks each tensor's CRC32C, so a truncated or
-    garbled `.data` file, a garbled `.index` or a missing file is found here, before any
-    variable is assigned (costs one extra read of the checkpoint). A floating-point tensor
-    holding NaN or Inf (weights that diverged, saved by an older version or another tool) makes
-    the checkpoint unusable too: resuming from it could only fail again.
-
-    Returns:
-        None, "corrupted or incomplete: <reason>" or "non-finite: NaN or Inf in <tensor>".
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    try:
-        reader = tf.train.load_checkpoint(path)
-        for name, dtype in sorted(reader.get_variable_to_dtype_map().items()):
-            if dtype == tf.variant:  # the data iterator's state: not convertible to numpy
-                tf.raw_ops.RestoreV2(prefix=path, tensor_names=[name], shape_and_slices=[""],
-                                     dtypes=[tf.variant])
-                continue
-            value = reader.get_tensor(name)
-            if dtype.is_floating and not np.isfinite(value).all():
-                return f"non-finite: NaN or Inf in {name}"
-    except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError, TypeError) as e:
-        # (the reader raises IndexError for a data file cut short)
-        return f"corrupted or incomplete: {error_line(e)}"
-    return None
-
-
-def checkpoint_candidates(directory: str) -> List[str]:
-    """Checkpoint prefixes `ckpt-N` in `directory`, newest (highest N) first: every one with an
-    index file, and those the `checkpoint` state file names (even if their files are gone)."""
-    import tensorflow as tf
-
-    prefixes = {path[:-len(".index")] for path in
-                tf.io.gfile.glob(os.path.join(directory, f"{CHECKPOINT_PREFIX}-*.index"))}
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError):  # a garbled state file: the index files decide
-        state = None
-    if state is not None:
-        for path in list(state.all_model_checkpoint_paths) + [state.model_checkpoint_path]:
-            if path:
-                prefixes.add(path if os.path.isabs(path) else os.path.join(directory, path))
-    numbered = []
-    for prefix in prefixes:
-        try:
-            numbered.append((checkpoint_number(prefix), prefix))
-        except ValueError:
-            continue
-    return [prefix for _, prefix in sorted(numbered, reverse=True)]
-
-
-def checkpoint_state_problem(directory: str) -> Optional[str]:
-    """What is wrong with `directory`'s `checkpoint` state file, or None (also when absent).
-
-    A power loss after an unsynced rename leaves it empty; bit rot leaves bytes TensorFlow
-    cannot parse (a ValueError, or a UnicodeDecodeError, from every reader of the directory).
-    """
-    import tensorflow as tf
-
-    path = os.path.join(directory, CHECKPOINT_STATE_NAME)
-    if not os.path.exists(path):
-        return None
-    if os.path.getsize(path) == 0:
-        return "it is empty (0 bytes)"
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError) as e:
-        return f"unreadable: {error_line(e, limit=120)}"
-    if state is None or not state.model_checkpoint_path:
-        return "it names no checkpoint"
-    return None
-
-
-def repair_checkpoint_state(directory: str) -> Optional[str]:
-    """Rewrites a damaged `checkpoint` state file from the `ckpt-N` files on disk.
-
-    The rewritten file lists every checkpoint with an index file and names the newest as the
-    latest (whether it is intact is checked when it is read, `latest_good_checkpoint`). It is
-    written atomically and synced. Call only while holding the directory's lock.
-
-    Returns:
-        The problem found (and repaired), or None if the state file was fine or absent.
-
-    Raises:
-        TrainingError: the file is damaged and cannot be rewritten (a read-only directory).
-    """
-    problem = checkpoint_state_problem(directory)
-    if problem is None:
-        return None
-    prefixes = _indexed_checkpoints(directory)
-    path = os.path.join(directory, CHECKPOINT_STATE_NAME)
-    try:
-        if prefixes:
-            names = [os.path.basename(prefix) for prefix in prefixes]
-            atomic.write_text(path, f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
-                f'all_model_checkpoint_paths: "{name}"\n' for name in names))
-        else:
-            os.remove(path)
-    except OSError as e:
-        raise TrainingError(f"the checkpoint state file {shown_path(path)} is damaged ({problem}) "
-                            f"and cannot be rewritten: {error_line(e)}") from None
-    logger.warning("the checkpoint state file %s was damaged (%s): rewritten from the %d "
-                   "checkpoint(s) on disk", shown_path(path), problem, len(prefixes))
-    return problem
-
-
-def _indexed_checkpoints(directory: str) -> List[str]:
-    """Prefixes of the `ckpt-N` with an index file in `directory`, oldest (lowest N) first."""
-    pattern = re.compile(rf"^{CHECKPOINT_PREFIX}-(\d+)\.index$")
-    found = []
-    for name in os.listdir(directory):
-        match = pattern.match(name)
-        if match:
-            found.append((int(match.group(1)), os.path.join(directory, name[:-len(".index")])))
-    return [prefix for _, prefix in sorted(found)]
-
-
-def latest_good_checkpoint(directory: str, at_step: Optional[int] = None) -> Optional[str]:
-    """The newest checkpoint in `directory` that reads back intact (see `checkpoint_problem`).
-
-    A corrupted, truncated or missing newer checkpoint (a crash or full disk mid-save, bit rot)
-    is skipped with a warning naming it; the run resumes from the previous good one.
-
-    Args:
-        directory: a run (or worker checkpoint) directory.
-        at_step: only consider the checkpoint of this step.
-
-    Returns:
-        The checkpoint prefix, or None if the directory holds no checkpoint at all.
-
-    Raises:
-        TrainingError: there are checkpoints but none is readable (never trains from garbage).
-    """
-    import tensorflow as tf
-
-    candidates = checkpoint_candidates(directory) if tf.io.gfile.isdir(directory) else []
-    if at_step is not None:
-        candidates = [c for c in candidates if checkpoint_number(c) == at_step]
-    bad = []
-    for path in candidates:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            if bad:
-                logger.warning("resuming from %s, the newest intact checkpoint", path)
-            return path
-        kind, detail = problem.split(": ", 1)
-        logger.warning("checkpoint %s is %s, skipping it: %s", path, kind, detail)
-        bad.append(f"{os.path.basename(path)} ({problem})")
-    if bad and at_step is None:
-        raise TrainingError(
-            f"no readable checkpoint in {directory}: {'; '.join(bad)}. Restore them from a "
-            "backup, or use --overwrite to start afresh")
-    return None
-
-
-class CheckpointToRead(NamedTuple):
-    """Which checkpoint a run starts from, or an export / conversion / fine-tuning reads.
-
-    Attributes:
-        path: str. The checkpoint prefix.
-        imported: bool. True for `init_checkpoint/` (`from-google`: model and step only).
-    """
-
-    path: str
-    imported: bool
-
-
-def checkpoint_to_read(model_dir: str, checkpoint: Optional[str] = None) -> Optional[CheckpointToRead]:
-    """The checkpoint to read, in this order: `checkpoint` if given (a prefix, or a directory's
-    latest), else the run's newest intact checkpoint (`latest_good_checkpoint`), else the imported
-    `init_checkpoint/`; None if the run has none.
-
-    Raises:
-        TrainingError: `checkpoint` names no checkpoint, or the run's are all unreadable.
-    """
-    import tensorflow as tf
-
-    if checkpoint:
-        if os.path.isdir(checkpoint):
-            found = latest_good_checkpoint(checkpoint)
-            if found is None:
-                raise TrainingError(f"--checkpoint {checkpoint}: directory has no checkpoint")
-            return CheckpointToRead(found, imported=False)
-        if not tf.io.gfile.exists(checkpoint + ".index"):
-            raise TrainingError(f"--checkpoint {checkpoint}: no such checkpoint "
-                                f"({checkpoint}.index missing)")
-        return CheckpointToRead(checkpoint, imported=False)
-    own = latest_good_checkpoint(model_dir)
-    if own is not None:
-        return CheckpointToRead(own, imported=False)
-    init_dir = os.path.join(model_dir, INIT_CHECKPOINT_DIR)
-    imported = latest_good_checkpoint(init_dir)
-    return CheckpointToRead(imported, imported=True) if imported else None
-
-
-def checkpoint_step(path: str) -> int:
-    """The step stored in an electra-tf checkpoint (optimizer iterations or `step`), else the
-    number in its name (`ckpt-1000`), else 0."""
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(path)
-    for key in _STEP_KEYS:
-        if reader.has_tensor(key):
-            return int(reader.get_tensor(key))
-    match = re.search(r"-(\d+)$", path)
-    return int(match.group(1)) if match else 0
 
 
 class LoadedRun(NamedTuple):
