@@ -96,6 +96,15 @@ def test_vocab_lacking_a_special_token(inputs, missing):
     assert_one_line_error(result, "bad_vocab.txt", "lacks required special token", missing)
 
 
+def test_vocab_with_a_utf8_bom_is_named_as_such(inputs):
+    """Not "lacks [PAD]": the BOM glued to the first token is what is wrong."""
+    bom = inputs["tmp"] / "bom_vocab.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + ("\n".join(GOOD_VOCAB) + "\n").encode())
+    result = run_cli(*base_args(inputs, **{"--vocab-file": str(bom)}))
+    assert_one_line_error(result, "bom_vocab.txt", "starts with a UTF-8 byte order mark")
+    assert "lacks" not in result.stderr
+
+
 def test_max_seq_length_too_small(inputs):
     result = run_cli(*base_args(inputs, **{"--max-seq-length": "4"}))
     assert_one_line_error(result, "--max-seq-length", "4")
