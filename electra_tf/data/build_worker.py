@@ -103,6 +103,7 @@ class BuildWorker:
                                        self.worker_id) for split in spec.pack.splits}
         read, stats = ReadStats(), PackStats()
         listed: List[dict] = []
+        long_lines: List[dict] = []  # files with lines over MAX_LINE_BYTES (split)
         num_problems = 0
         with open(inputs_part_path(spec.shuffle_dir, task_index), "w", encoding="utf-8") as part:
             for corpus_file in files:
@@ -114,14 +115,17 @@ class BuildWorker:
                 file_read.problems = {}
                 read.add(file_read)
                 stats.add(file_stats)
-                part.write(json.dumps(_input_entry(corpus_file, file_read, file_stats, problems))
-                           + "\n")
+                entry = _input_entry(corpus_file, file_read, file_stats, problems)
+                if "lines_split" in entry:
+                    long_lines.append(entry)
+                part.write(json.dumps(entry) + "\n")
                 report(files=1)
         for writer in writers.values():
             writer.flush()
         result = dataclasses.asdict(read)
         result["problems"] = listed
-        return {"read": result, "problems": num_problems, "pack": stats.to_dict()}
+        return {"read": result, "problems": num_problems, "pack": stats.to_dict(),
+                "long_lines": long_lines[:MAX_LISTED_PROBLEMS]}
 
     def _pack_file(self, corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
                    writers: Dict[str, BucketWriter], report) -> None:
@@ -208,6 +212,10 @@ def _input_entry(corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
              "text_bytes": read.bytes_read,
              "documents": sum(s.documents for s in stats.splits.values()),
              "examples": {split: s.examples for split, s in stats.splits.items()}}
+    if read.lines_split:  # each piece is at most one example: most of such a line is dropped
+        entry["lines_split"] = read.lines_split
+        entry["tokens"] = stats.tokenized_tokens
+        entry["truncated_tokens"] = sum(s.truncated_tokens for s in stats.splits.values())
     if problems:
         entry["problems"] = [{k: v for k, v in p.items() if k != "file"} for p in problems]
     return entry

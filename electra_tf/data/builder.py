@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from electra_tf import atomic
+from electra_tf.data import corpus as corpus_lib
 from electra_tf.data.build_worker import (BuildError, BuildWorker, WorkerSpec, inputs_part_path,
                                          write_error)
 from electra_tf.data.corpus import CorpusFile, format_problem, list_corpus_files
@@ -355,6 +356,7 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
                 _describe_packing(len(files), text_mb), config.progress_interval,
                 rate_key="tokens", rate_unit="tokens"))
             totals = merge_pack_results(results, config.max_seq_length)
+            long_lines = [entry for result in results for entry in result["long_lines"]]
             train, evals = totals.pack.splits["train"], totals.pack.splits["eval"]
             if train.examples == 0:
                 raise BuildError(
@@ -393,6 +395,7 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
         atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     except OSError as e:
         raise write_error(e, MANIFEST_NAME, config.output_dir) from None
+    _warn_long_lines(config, manifest["counts"], long_lines)
     _log_summary(config, manifest)
     return manifest
 
@@ -405,6 +408,33 @@ def _join_inputs(plan: Plan) -> None:
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
             os.remove(part)
+
+
+def _warn_long_lines(config: BuildConfig, counts: dict, long_lines: List[dict]) -> None:
+    """Warns when lines far longer than an example lost most of their text (docs/data.md).
+
+    A line is one sentence to the packer: whatever does not fit in one example of
+    max_seq_length tokens is dropped. Lines over corpus.MAX_LINE_BYTES are split into pieces
+    of that size first (each piece then fills at most one example); the warning names the
+    files and how much of their text was dropped.
+    """
+    dropped, tokens = counts["truncated_tokens"], max(counts["tokenized_tokens"], 1)
+    if long_lines:
+        first = long_lines[0]
+        lost = sum(e["truncated_tokens"] for e in long_lines)
+        total = max(sum(e["tokens"] for e in long_lines), 1)
+        logger.warning(
+            "%d line(s) longer than %d bytes in %d file(s) were split into pieces of that size, "
+            "but an example holds at most %d tokens: %d of those files' %d tokens (%.1f%%) were "
+            "dropped; first: %s (%d line(s)); put one sentence or paragraph per line",
+            counts["lines_split"], corpus_lib.MAX_LINE_BYTES, len(long_lines),
+            config.max_seq_length, lost, total, 100 * lost / total, first["file"],
+            first["lines_split"])
+    elif dropped > tokens // 2:
+        logger.warning(
+            "%d of the %d tokens read (%.1f%%) were dropped: lines longer than an example (%d "
+            "tokens) are truncated; put one sentence or paragraph per line", dropped, tokens,
+            100 * dropped / tokens, config.max_seq_length)
 
 
 def _log_summary(config: BuildConfig, manifest: dict) -> None:
