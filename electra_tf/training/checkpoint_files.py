@@ -142,9 +142,7 @@ def repair_checkpoint_state(directory: str) -> Optional[str]:
     path = os.path.join(directory, CHECKPOINT_STATE_NAME)
     try:
         if prefixes:
-            names = [os.path.basename(prefix) for prefix in prefixes]
-            atomic.write_text(path, f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
-                f'all_model_checkpoint_paths: "{name}"\n' for name in names))
+            _write_state(directory, prefixes[-1], prefixes)
         else:
             os.remove(path)
     except OSError as e:
@@ -153,6 +151,23 @@ def repair_checkpoint_state(directory: str) -> Optional[str]:
     logger.warning("the checkpoint state file %s was damaged (%s): rewritten from the %d "
                    "checkpoint(s) on disk", shown_path(path), problem, len(prefixes))
     return problem
+
+
+def _write_state(directory: str, latest: str, listed: List[str]) -> None:
+    """Writes the `checkpoint` state file (atomically, synced) naming `latest` and `listed`
+    (prefixes, oldest first) by their base names, as TensorFlow does.
+
+    Each listed checkpoint gets its index file's time as its timestamp, and the "last preserved"
+    time is before all of them: TensorFlow's CheckpointManager deletes (beyond max_to_keep)
+    only checkpoints with a timestamp after that time, so without them it never would.
+    """
+    names = [os.path.basename(prefix) for prefix in listed]
+    times = [os.path.getmtime(prefix + ".index") for prefix in listed]
+    atomic.write_text(os.path.join(directory, CHECKPOINT_STATE_NAME),
+                      f'model_checkpoint_path: "{os.path.basename(latest)}"\n'
+                      + "".join(f'all_model_checkpoint_paths: "{name}"\n' for name in names)
+                      + "".join(f"all_model_checkpoint_timestamps: {t!r}\n" for t in times)
+                      + f"last_preserved_timestamp: {min(times, default=1.0) - 1.0!r}\n")
 
 
 def _indexed_checkpoints(directory: str) -> List[str]:
@@ -262,3 +277,77 @@ def checkpoint_step(path: str) -> int:
             return int(reader.get_tensor(key))
     match = re.search(r"-(\d+)$", path)
     return int(match.group(1)) if match else 0
+
+
+# What an interrupted save leaves: TensorFlow's per-save staging directory (`ckpt-N_temp/`, the
+# shards before they are merged) and its temporary state file (`checkpoint.tmp<hex>`).
+_SAVE_LEFTOVER = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE_NAME}\.tmp[0-9a-f]*)$")
+
+
+def remove_leftovers(directory: str, export_dir: Optional[str] = None) -> List[str]:
+    """Deletes what interrupted saves and exports left behind (a SIGKILL, SIGTERM or power loss
+    mid-write): `ckpt-N_temp/` and `checkpoint.tmp*` in `directory`, the temporaries of
+    interrupted atomic writes (`.config.json.tmp-*`, ...) there and in `export_dir` (an export's
+    staging directory `.discriminator.tmp-*`). Logs one warning listing them.
+
+    Only safe while holding the directory's lock: a live writer's files look the same.
+
+    Returns:
+        The paths removed.
+    """
+    import shutil
+
+    removed = []
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if _SAVE_LEFTOVER.match(name):
+            path = os.path.join(directory, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+            removed.append(path)
+    removed += atomic.remove_temporaries(directory)
+    if export_dir:
+        removed += atomic.remove_temporaries(export_dir)
+    if removed:
+        logger.warning("removed %d leftover(s) of interrupted saves or exports: %s", len(removed),
+                       ", ".join(shown_path(p) for p in removed))
+    return removed
+
+
+def enforce_retention(directory: str, restored: Optional[str], max_to_keep: Optional[int]
+                      ) -> List[str]:
+    """Keeps at most `max_to_keep` checkpoints, counting the `ckpt-N` files on disk (not only
+    those the `checkpoint` state file lists: a save interrupted after its files were written
+    but before the state file was updated is on disk too), and rewrites the state file to list
+    the kept ones with `restored` as the latest, so TensorFlow's manager deletes the oldest
+    from then on.
+
+    Only checkpoints up to `restored` (the one the run resumed from) count; newer ones were
+    skipped as damaged and are left for the run to overwrite. Call while holding the lock.
+
+    Returns:
+        The checkpoint prefixes deleted.
+    """
+    import tensorflow as tf
+
+    if (not max_to_keep or restored is None
+            or os.path.dirname(os.path.abspath(restored)) != os.path.abspath(directory)):
+        return []
+    limit = checkpoint_number(restored)
+    older = [p for p in _indexed_checkpoints(directory) if checkpoint_number(p) <= limit]
+    doomed, kept = older[:-max_to_keep], older[-max_to_keep:]
+    for prefix in doomed:
+        for path in tf.io.gfile.glob(prefix + ".*"):
+            os.remove(path)
+    state = tf.train.get_checkpoint_state(directory)
+    names = [os.path.basename(p) for p in kept]
+    listed = ([os.path.basename(p) for p in state.all_model_checkpoint_paths],
+              os.path.basename(state.model_checkpoint_path)) if state else None
+    if listed != (names, os.path.basename(restored)):
+        _write_state(directory, restored, kept)
+    if doomed:
+        logger.warning("keep_checkpoint_max=%d: deleted %d older checkpoint(s) found on disk "
+                       "(left by interrupted runs): %s", max_to_keep, len(doomed),
+                       ", ".join(os.path.basename(p) for p in doomed))
+    return doomed

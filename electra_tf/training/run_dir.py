@@ -38,7 +38,8 @@ from electra_tf.locking import LOCK_NAME, DirectoryLock
 from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
     CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, CheckpointToRead,
     checkpoint_candidates, checkpoint_number, checkpoint_problem, checkpoint_state_problem,
-    checkpoint_step, checkpoint_to_read, latest_good_checkpoint, repair_checkpoint_state)
+    checkpoint_step, checkpoint_to_read, enforce_retention, latest_good_checkpoint,
+    remove_leftovers, repair_checkpoint_state)
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")

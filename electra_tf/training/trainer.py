@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from typing import Dict, Optional
 
@@ -77,6 +78,9 @@ class Trainer:
     def _set_up(self, overwrite: bool) -> None:
         config = self.config
         self._prepare_run_dir(overwrite)
+        if self._lock is not None:  # only the lock holder may tell leftovers from live files
+            run_dir.remove_leftovers(self._checkpoint_dir(), os.path.join(
+                config.model_dir, run_dir.EXPORT_DIR) if self.chief else None)
         self._build()
         # The data position is checkpointed with the model, so a resumed run continues the data
         # where it stopped; the dropout RNG states (non-trainable) too, so it draws the same masks.
@@ -92,6 +96,11 @@ class Trainer:
         self.skipped_steps = 0  # non-finite steps skipped in this process
         self.restored_from = None
         self._start()
+        if config.do_train and self._lock is not None:
+            run_dir.enforce_retention(self._checkpoint_dir(), self.restored_from,
+                                      config.keep_checkpoint_max or None)
+            # The manager read the state file before: give it the one listing what is on disk.
+            self.checkpointer.track_data(self.train_iterator, self.checkpointer.data_key)
 
     # --- Set-up ------------------------------------------------------------------------------------
     def _check_vocab_and_batches(self) -> Vocab:
