@@ -78,6 +78,12 @@ def current_holder(directory: str) -> Optional[dict]:
     return None
 
 
+def held_here(directory: str) -> bool:
+    """True if this process holds `directory`'s lock."""
+    with _held_guard:
+        return os.path.realpath(lock_path(directory)) in _held
+
+
 def describe(holder: Optional[dict]) -> str:
     """`pid 123 on host h (since 2024-01-01T10:00:00, `cmd`)`, for messages."""
     if not holder:

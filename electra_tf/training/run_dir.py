@@ -34,7 +34,7 @@ from typing import NamedTuple, Optional
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
-from electra_tf.locking import LOCK_NAME, DirectoryLock
+from electra_tf.locking import LOCK_NAME, DirectoryLock, current_holder, describe, held_here
 from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
     CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, CheckpointToRead,
     checkpoint_candidates, checkpoint_number, checkpoint_problem, checkpoint_state_problem,
@@ -185,8 +185,8 @@ def remove_run(model_dir: str) -> bool:
 
     Only a directory `not_a_run_reason` accepts is touched, so an empty or mistaken model name
     (the parent of several runs, the data directory) can never delete more than one run. The
-    directory's lock file (held by this process) stays; the directory itself goes if no lock
-    file is in it.
+    directory's lock file stays if this process holds it (a copied or stale one goes); the
+    directory itself goes unless that lock file is in it.
 
     Returns:
         True if something was deleted.
@@ -199,8 +199,15 @@ def remove_run(model_dir: str) -> bool:
             raise TrainingError(f"refusing to overwrite {shown_path(model_dir)}: it is a file, "
                                 "not a run directory")
         return False
-    names = [name for name in os.listdir(model_dir) if name != LOCK_NAME]
+    held = held_here(model_dir)
+    holder = None if held else current_holder(model_dir)
+    if holder is not None:  # (the trainer takes the lock first: a direct call met a writer)
+        raise TrainingError(f"refusing to delete {shown_path(model_dir)}: it is in use by "
+                            f"{describe(holder)}")
+    names = [name for name in os.listdir(model_dir) if not (held and name == LOCK_NAME)]
     if not names:
+        return False
+    if names == [LOCK_NAME]:  # only a stale lock file: nothing of a run to delete
         return False
     reason = not_a_run_reason(model_dir)
     if reason is not None:
