@@ -322,38 +322,7 @@ class PretrainingConfig:
         need(not self.electric_objective and not self.two_tower_generator,
              "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
              "see docs/config.md")
-        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
-        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
-        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
-             "gen_weight and disc_weight must be >= 0")
-        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
-        need(0.0 < self.generator_layers, "generator_layers must be > 0")
-        need(8 <= self.max_seq_length <= 512,
-             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
-        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
-             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
-        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
-                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
-            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
-        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
-        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
-        need(self.max_skipped_nonfinite_steps >= 0,
-             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
-        need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
-        need(self.weight_decay_rate >= 0.0,
-             f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
-        need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")
-        need(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED}], got {self.seed}")
-        for key in ("train_batch_size", "eval_batch_size"):
-            elements = getattr(self, key) * self.max_seq_length
-            need(elements <= MAX_INT32,
-                 f"{key}={getattr(self, key)} is too large: a batch of {key} * max_seq_length = "
-                 f"{elements} tokens overflows TensorFlow's int32 shapes (at most {MAX_INT32})")
-        for key in ("iterations_per_loop", "save_checkpoints_steps", "num_train_steps",
-                    "num_eval_steps", "num_warmup_steps", "keep_checkpoint_max",
-                    "max_skipped_nonfinite_steps", "max_predictions_per_seq"):
-            need(getattr(self, key) <= MAX_INT32,
-                 f"{key} must be at most {MAX_INT32}, got {getattr(self, key)}")
+        self._validate_ranges(need)
         need(self.inter_op_threads is None or self.inter_op_threads >= 0,
              f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
@@ -389,6 +358,41 @@ class PretrainingConfig:
                  "stage-1 encoder without one; set the embedding_size hparam to the hidden size")
         if self.electra_objective and self.untied_generator:
             get_generator_config(self, bert)
+
+    def _validate_ranges(self, need) -> None:
+        """The numeric hparams' ranges: finite, within int32 where TensorFlow needs it."""
+        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
+        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
+        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
+             "gen_weight and disc_weight must be >= 0")
+        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
+        need(0.0 < self.generator_layers, "generator_layers must be > 0")
+        need(8 <= self.max_seq_length <= 512,
+             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
+        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
+             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
+        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
+                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
+        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
+        need(self.max_skipped_nonfinite_steps >= 0,
+             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
+        need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
+        need(self.weight_decay_rate >= 0.0,
+             f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
+        need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")
+        need(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED}], got {self.seed}")
+        for key in ("train_batch_size", "eval_batch_size"):
+            elements = getattr(self, key) * self.max_seq_length
+            need(elements <= MAX_INT32,
+                 f"{key}={getattr(self, key)} is too large: a batch of {key} * max_seq_length = "
+                 f"{elements} tokens overflows TensorFlow's int32 shapes (at most {MAX_INT32})")
+        for key in ("iterations_per_loop", "save_checkpoints_steps", "num_train_steps",
+                    "num_eval_steps", "num_warmup_steps", "keep_checkpoint_max",
+                    "max_skipped_nonfinite_steps", "max_predictions_per_seq"):
+            need(getattr(self, key) <= MAX_INT32,
+                 f"{key} must be at most {MAX_INT32}, got {getattr(self, key)}")
 
     # --- Serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -334,16 +334,7 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
         _learn_vocab(config, files)
     vocab = load_vocab(config.vocab_file)
     plan = make_plan(config, files)
-    spec = WorkerSpec(
-        vocab_file=config.vocab_file, vocab_sha256=vocab.sha256,
-        do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
-        input=InputSettings(config.input_format, config.blanks_separate_docs,
-                            config.jsonl_text_field),
-        pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,
-                          vocab.special.unk_id),
-        strict_input=config.bad_input == "error", shuffle_dir=plan.shuffle_dir,
-        layouts=plan.layouts, shard_paths=plan.shard_tmp,
-        memory_bytes=config.shuffle_memory_mb << 20, num_writers=plan.num_processes)
+    spec = _worker_spec(config, vocab, plan)
     text_mb = sum(estimated_text_bytes(f) for f in files) / 1e6
     logger.info("building from %d files (~%.1f MB of text) in %s with %d process(es) into %s",
                 len(files), text_mb, config.corpus_dir, plan.num_processes, config.output_dir)
@@ -359,10 +350,9 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
             long_lines = [entry for result in results for entry in result["long_lines"]]
             train, evals = totals.pack.splits["train"], totals.pack.splits["eval"]
             if train.examples == 0:
-                raise BuildError(
-                    f"no training examples: the corpus in {shown_path(config.corpus_dir)} has no "
-                    f"tokenizable "
-                    f"text" + (" outside the held-out documents" if evals.examples else ""))
+                raise BuildError(f"no training examples: the corpus in "
+                                 f"{shown_path(config.corpus_dir)} has no tokenizable text" + (
+                                     " outside the held-out documents" if evals.examples else ""))
             _join_inputs(plan)
             phases["pack"] = time.monotonic() - phase_start
             phase_start = time.monotonic()
@@ -391,13 +381,33 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME)
+    _finish(config, manifest, long_lines)
+    return manifest
+
+
+def _finish(config: BuildConfig, manifest: dict, long_lines: List[dict]) -> None:
+    """Writes manifest.json (last: its presence marks a complete dataset), then the warnings
+    and the summary."""
     try:
         atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     except OSError as e:
         raise write_error(e, MANIFEST_NAME, config.output_dir) from None
     _warn_long_lines(config, manifest["counts"], long_lines)
     _log_summary(config, manifest)
-    return manifest
+
+
+def _worker_spec(config: BuildConfig, vocab, plan: Plan) -> WorkerSpec:
+    """What every build process needs to know (picklable)."""
+    return WorkerSpec(
+        vocab_file=config.vocab_file, vocab_sha256=vocab.sha256,
+        do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
+        input=InputSettings(config.input_format, config.blanks_separate_docs,
+                            config.jsonl_text_field),
+        pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,
+                          vocab.special.unk_id),
+        strict_input=config.bad_input == "error", shuffle_dir=plan.shuffle_dir,
+        layouts=plan.layouts, shard_paths=plan.shard_tmp,
+        memory_bytes=config.shuffle_memory_mb << 20, num_writers=plan.num_processes)
 
 
 def _join_inputs(plan: Plan) -> None:
