@@ -60,20 +60,38 @@ def checkpoint_problem(path: str) -> Optional[str]:
     try:
         reader = tf.train.load_checkpoint(path)
         tensors = sorted(reader.get_variable_to_dtype_map().items())
+        names = _variable_names(reader)
     except errors as e:
         return f"corrupted or incomplete: {error_line(e)}"
-    for name, dtype in tensors:
+    for key, dtype in tensors:
+        name = f"{names[key]} ({key})" if names.get(key, key) != key else key
         try:
             if dtype == tf.variant:  # the data iterator's state: not convertible to numpy
-                tf.raw_ops.RestoreV2(prefix=path, tensor_names=[name], shape_and_slices=[""],
+                tf.raw_ops.RestoreV2(prefix=path, tensor_names=[key], shape_and_slices=[""],
                                      dtypes=[tf.variant])
                 continue
-            value = reader.get_tensor(name)
+            value = reader.get_tensor(key)
         except errors as e:
             return f"corrupted or incomplete: tensor {name} is damaged ({error_line(e)})"
         if dtype.is_floating and not np.isfinite(value).all():
             return f"non-finite: NaN or Inf in {name}"
     return None
+
+
+def _variable_names(reader) -> dict:
+    """{checkpoint key: the variable's name} from a TF2 checkpoint's object graph (keras 3
+    keeps the model's weights under `optimizer/_trainable_variables/N`; the graph records
+    that N is, say, `electra/layer_1/feedforward_output_dense/kernel`). Empty for a TF1
+    checkpoint or a damaged graph (the keys are then the names)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    try:
+        graph.ParseFromString(reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+    except Exception:  # noqa: BLE001 (absent: TF1; damaged: its CRC error comes per tensor)
+        return {}
+    return {attribute.checkpoint_key: attribute.full_name for node in graph.nodes
+            for attribute in node.attributes if attribute.full_name}
 
 
 def checkpoint_candidates(directory: str) -> List[str]:
