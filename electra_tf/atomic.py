@@ -10,12 +10,24 @@ a full disk mid-write leaves the previous version (or nothing), never half a fil
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Iterator, List
+
+logger = logging.getLogger("electra_tf")
+
+# `.NAME.tmp-XXXXXXXX` (mkstemp/mkdtemp's random suffix), and `.old` for a directory being
+# replaced: what an interrupted `atomic_path` leaves behind.
+_TEMPORARY = re.compile(r"^\..+\.tmp-[a-z0-9_]{6,}(\.old)?$")
+
+
+_TMP_INFIX = ".tmp-"
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,7 +64,7 @@ def atomic_path(path: str, directory: bool = False) -> Iterator[str]:
     """
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    prefix = f".{os.path.basename(path)}.tmp-"
+    prefix = f".{os.path.basename(path)}{_TMP_INFIX}"
     if directory:
         tmp = tempfile.mkdtemp(prefix=prefix, dir=parent)
     else:
@@ -62,8 +74,7 @@ def atomic_path(path: str, directory: bool = False) -> Iterator[str]:
         os.chmod(tmp, _default_mode(directory))
         yield tmp
         if not directory:
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())  # the bytes reach the disk before the name does
+            fsync_path(tmp)  # the bytes reach the disk before the name does
         if directory and os.path.isdir(path):
             old = tmp + ".old"
             os.replace(path, old)
@@ -71,6 +82,7 @@ def atomic_path(path: str, directory: bool = False) -> Iterator[str]:
             shutil.rmtree(old)
         else:
             os.replace(tmp, path)
+        fsync_path(parent)  # and the new name survives a power loss
     except BaseException:
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
@@ -102,3 +114,50 @@ def copy_file(source: str, target: str) -> None:
     """Copies `source` to `target` atomically (the content only, with default permissions)."""
     with atomic_path(target) as tmp:
         shutil.copyfile(source, tmp)
+
+
+def fsync_path(path: str) -> None:
+    """Flushes a file's (or a directory's entries') writes to the disk.
+
+    Filesystems that cannot sync a directory (EINVAL) are accepted silently.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(fd)
+
+
+def is_temporary(name: str) -> bool:
+    """True for the name of a temporary that `atomic_path` creates (left behind by a kill)."""
+    return bool(_TEMPORARY.match(name))
+
+
+def remove_temporaries(directory: str) -> List[str]:
+    """Deletes what interrupted atomic writes left in `directory` (not recursively).
+
+    Only safe while no other process writes there (the caller holds the directory's lock):
+    a live writer's temporary looks the same.
+
+    Returns:
+        The paths removed.
+    """
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in sorted(names):
+        if not is_temporary(name):
+            continue
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+        removed.append(path)
+    return removed

@@ -2,9 +2,10 @@
 
 Every command-line tool (electra_tf/commands/: electra-pretrain or run_pretraining.py, ...;
 `python -m electra_tf.convert`, `python -m electra_tf.sources.labelled`) sets up logging once
-(`electra_tf.console`) and runs its work through `run_cli`: a user error (`ElectraError`)
-becomes one line on stderr, `PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad
-usage); Ctrl-C exits 130; a run stopped by SIGTERM after saving a checkpoint exits 42.
+(`electra_tf.console`) and runs its work through `run_cli`: a user error (`ElectraError`) or an
+environment error (`OSError`: a full disk, a read-only directory) becomes one line on stderr,
+`PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad usage); Ctrl-C exits 130; a
+run stopped by SIGTERM after saving a checkpoint exits 42.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Callable, Optional, Tuple, Type
+from typing import Callable, Optional
 
 from electra_tf import console
 from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
@@ -29,32 +30,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
 # before it could save (143 in a shell).
 EXIT_PREEMPTED = 42
 
-# Error classes of modules that do not derive from ElectraError yet (data/ files being rewritten
-# in parallel): matched only once their module has been imported, so catching them never imports
-# TensorFlow into a light tool. Drop each entry when its class derives from ElectraError.
-_NOT_YET_ELECTRA_ERRORS = (
-    ("electra_tf.data.pipeline", "DataError"),
-    ("electra_tf.data.tfrecord_io", "ManifestError"),
-    ("electra_tf.data.corpus", "CorpusError"),
-    ("electra_tf.data.builder", "BuildError"),
-)
-
 
 def setup_logging(quiet: bool = False, verbose: bool = False) -> None:
     """INFO (or, `quiet`, WARNING) lines `HH:MM:SS message` on stderr for electra_tf's loggers;
     third-party lines only with `verbose` (see `electra_tf.console.setup`)."""
     console.setup(quiet, verbose)
-
-
-def user_error_types() -> Tuple[Type[BaseException], ...]:
-    """The exception classes `run_cli` reports as one line (ElectraError and, until they derive
-    from it, the classes in `_NOT_YET_ELECTRA_ERRORS` whose module is loaded)."""
-    types = [ElectraError]
-    for module_name, class_name in _NOT_YET_ELECTRA_ERRORS:
-        module = sys.modules.get(module_name)
-        if module is not None:
-            types.append(getattr(module, class_name))
-    return tuple(types)
 
 
 def run_cli(prog: str, work: Callable[[], Optional[int]],
@@ -78,8 +58,10 @@ def run_cli(prog: str, work: Callable[[], Optional[int]],
     except KeyboardInterrupt:
         print(f"{prog}: {interrupted}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as e:  # noqa: BLE001 (re-raised below unless it is a user error)
-        if not isinstance(e, user_error_types()):
+    except (ElectraError, OSError) as e:
+        # OSError: the environment refused (a full disk, a read-only or missing path); its
+        # message names the file. Anything else is a bug and keeps its traceback.
+        if isinstance(e, OSError) and e.errno is None:
             raise
         print(f"{prog}: error: {error_line(e, limit=None, whole=True)}", file=sys.stderr)
         return EXIT_USER_ERROR

@@ -17,18 +17,24 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import typing
 from typing import Any, Mapping, Optional, Union
 
 from electra_tf import atomic
-from electra_tf.errors import ElectraError
+from electra_tf.errors import ElectraError, is_utf8_path, shown_path
 
 MODEL_SIZES = ("small", "base", "large")
 MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
+# TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
+# call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
+MAX_INT32 = 2**31 - 1
+MAX_SEED = 2**32 - 1
+_MAX_FLOAT_INT = 2**1023  # ints past this do not convert to a float  # numpy's global seed (set with the others by keras.utils.set_random_seed)
 
 # Official `training_utils.get_bert_config` size table: hidden width and depth. Heads and FFN width
 # are derived (hidden // 64 and 4 * hidden).
@@ -80,6 +86,23 @@ class ConfigError(ElectraError, ValueError):
     """An hparam is unknown, has the wrong type or an invalid value."""
 
 
+def check_model_name(name: str) -> None:
+    """Refuses a model name that is not exactly one directory name (`DATA_DIR/models/NAME`).
+
+    An empty name (an unset shell variable), `.`, `..`, a path (`a/b`, `../../x`, `/abs`) or
+    control characters would put the run somewhere other than its own directory, where
+    `--overwrite` could reach other runs.
+
+    Raises:
+        ConfigError: naming the value.
+    """
+    if (not isinstance(name, str) or not name.strip() or name in (".", "..")
+            or "/" in name or (os.altsep and os.altsep in name) or os.sep in name
+            or not name.isprintable()):
+        raise ConfigError(f"--model-name must be one directory name (not empty, no '/', not "
+                          f"'.' or '..'), got {name!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Transformer sizes of one encoder (the official `BertConfig`, plus `embedding_size`).
@@ -122,14 +145,21 @@ class ModelConfig:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "embedding_size", "max_position_embeddings",
                      "type_vocab_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"model {name} must be >= 1, got {getattr(self, name)}")
+            if not 1 <= getattr(self, name) <= MAX_INT32:
+                raise ConfigError(f"model {name} must be in [1, {MAX_INT32}], got "
+                                  f"{getattr(self, name)}")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"model {name} must be in [0, 1), got {getattr(self, name)}")
+        if not 0.0 < self.initializer_range < math.inf:
+            raise ConfigError(f"model initializer_range must be > 0, got {self.initializer_range}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 _MODEL_OVERRIDE_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "embedding_size")
+_MODEL_TYPES = typing.get_type_hints(ModelConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,6 +275,7 @@ class PretrainingConfig:
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
         user = _known(user)
+        check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
 
@@ -291,30 +322,21 @@ class PretrainingConfig:
         need(not self.electric_objective and not self.two_tower_generator,
              "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
              "see docs/config.md")
-        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
-        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
-        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
-             "gen_weight and disc_weight must be >= 0")
-        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
-        need(0.0 < self.generator_layers, "generator_layers must be > 0")
-        need(8 <= self.max_seq_length <= 512,
-             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
-        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
-             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
-        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
-                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
-            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
-        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
-        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
-        need(self.max_skipped_nonfinite_steps >= 0,
-             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
-        need(self.learning_rate >= 0.0, "learning_rate must be >= 0")
+        self._validate_ranges(need)
         need(self.inter_op_threads is None or self.inter_op_threads >= 0,
              f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
+        for key in ("model_dir", "vocab_file", "pretrain_tfrecords", "eval_tfrecords",
+                    "two_stage_generator_dir"):
+            path = getattr(self, key)
+            need(path is None or is_utf8_path(path),
+                 f"{key} {shown_path(path or '')}: TensorFlow reads and writes only file names "
+                 "that are valid UTF-8; rename the directory")
         unknown = sorted(set(self.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
         need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
                           f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
+        for key, value in self.model_hparam_overrides.items():
+            coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
         if self.two_stage_generator_dir:
             need(self.electra_objective and self.untied_generator and self.untied_generator_embeddings
                  and self.generator_hidden_size == 1.0 and self.generator_layers == 1.0
@@ -336,6 +358,41 @@ class PretrainingConfig:
                  "stage-1 encoder without one; set the embedding_size hparam to the hidden size")
         if self.electra_objective and self.untied_generator:
             get_generator_config(self, bert)
+
+    def _validate_ranges(self, need) -> None:
+        """The numeric hparams' ranges: finite, within int32 where TensorFlow needs it."""
+        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
+        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
+        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
+             "gen_weight and disc_weight must be >= 0")
+        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
+        need(0.0 < self.generator_layers, "generator_layers must be > 0")
+        need(8 <= self.max_seq_length <= 512,
+             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
+        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
+             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
+        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
+                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
+        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
+        need(self.max_skipped_nonfinite_steps >= 0,
+             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
+        need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
+        need(self.weight_decay_rate >= 0.0,
+             f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
+        need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")
+        need(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED}], got {self.seed}")
+        for key in ("train_batch_size", "eval_batch_size"):
+            elements = getattr(self, key) * self.max_seq_length
+            need(elements <= MAX_INT32,
+                 f"{key}={getattr(self, key)} is too large: a batch of {key} * max_seq_length = "
+                 f"{elements} tokens overflows TensorFlow's int32 shapes (at most {MAX_INT32})")
+        for key in ("iterations_per_loop", "save_checkpoints_steps", "num_train_steps",
+                    "num_eval_steps", "num_warmup_steps", "keep_checkpoint_max",
+                    "max_skipped_nonfinite_steps", "max_predictions_per_seq"):
+            need(getattr(self, key) <= MAX_INT32,
+                 f"{key} must be at most {MAX_INT32}, got {getattr(self, key)}")
 
     # --- Serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -417,7 +474,7 @@ def check_known_hparams(hparams: Mapping[str, Any], names) -> None:
 
 def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
     """Checks a value against a config field's annotated type (bool, int, float, str, Mapping,
-    optionally Optional); ints are accepted for float fields.
+    optionally Optional); ints are accepted for float fields, NaN and infinities are not.
 
     Raises:
         ConfigError: naming the hparam, the expected type and the value.
@@ -433,6 +490,10 @@ def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif annotation is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not (isinstance(value, int) or math.isfinite(value)) or (
+                isinstance(value, int) and abs(value) > _MAX_FLOAT_INT):
+            # JSON's NaN / Infinity (Python's json accepts them), or an int beyond float range
+            raise ConfigError(f"hparam {key!r} must be a finite number, got {str(value)[:40]}")
         value = float(value) if ok else value
     elif annotation is str:
         ok = isinstance(value, str)

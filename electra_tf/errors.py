@@ -9,7 +9,13 @@ next to the code that raises them (`ConfigError` in config.py, `VocabError` in v
 
 from __future__ import annotations
 
-from typing import Optional
+import os
+import re
+from typing import Optional, Union
+
+# TensorFlow's decorations of an op error, no use to a user: `{{function_node ...}}` and the
+# trailing ` [Op:Name]`.
+_TF_NOISE = re.compile(r"\{\{[^}]*\}\}\s*|\s*\[Op:[^\]]*\]")
 
 
 class ElectraError(Exception):
@@ -38,10 +44,42 @@ def error_line(error: BaseException, limit: Optional[int] = 300, whole: bool = F
 
     Returns:
         The message with runs of whitespace folded to one space, or the class name when the
-        message is empty.
+        message is empty. An OSError reads `<reason>: <file>` (the file name escaped, see
+        `shown_path`).
     """
-    text = str(error).strip()
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+        names = [name for name in (error.filename, error.filename2) if name is not None]
+        if names:
+            text += ": " + " -> ".join(shown_path(name) for name in names)
+    else:
+        text = _TF_NOISE.sub("", str(error)).strip()
     if not whole:
         text = text.splitlines()[0] if text else ""
     text = " ".join(text.split()) or type(error).__name__
     return text[:limit] if limit else text
+
+
+def shown_path(path: Union[str, bytes, os.PathLike]) -> str:
+    """A file name as messages show it: printable, on one line, whatever its bytes.
+
+    File names are bytes on POSIX; Python hands the ones that are not valid UTF-8 over with
+    surrogate escapes (`caf\\udce9.txt`), which cannot be printed or encoded as UTF-8. Those
+    bytes are shown as `\\xNN` (`caf\\xe9.txt`), control characters (a newline in a name) as
+    escapes too, so a message stays one printable line naming the file unambiguously.
+    """
+    raw = os.fsencode(path)
+    text = raw.decode("utf-8", "backslashreplace")
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def is_utf8_path(path: Union[str, bytes, os.PathLike]) -> bool:
+    """True if the file name's bytes are valid UTF-8 (what TensorFlow's file APIs need)."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

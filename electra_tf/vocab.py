@@ -78,7 +78,8 @@ def load_vocab(path: str) -> Vocab:
         A `Vocab`.
 
     Raises:
-        VocabError: the file is missing, unreadable, not UTF-8, has duplicate tokens, lacks a
+        VocabError: the file is missing, unreadable, not UTF-8 (or starts with a byte order
+            mark), has duplicate tokens, lacks a
             required special token, or [PAD] is not id 0. The message names the file.
     """
     if not os.path.isfile(path):
@@ -92,6 +93,11 @@ def load_vocab(path: str) -> Vocab:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise VocabError(f"vocab file {path} is not UTF-8 (byte offset {e.start})") from e
+    if text.startswith("\ufeff"):  # (an editor's "UTF-8 with BOM"): its first token would be
+        # "\ufeff[PAD]" here and for every other reader of the file (transformers, TF Text)
+        raise VocabError(f"vocab file {path} starts with a UTF-8 byte order mark (BOM, bytes "
+                         "EF BB BF): save it as UTF-8 without a BOM (e.g. sed -i "
+                         "'1s/^\\xEF\\xBB\\xBF//' FILE)")
     # BERT's load_vocab strips each line; a trailing newline does not add an empty token.
     lines = text.split("\n")
     if lines and lines[-1] == "":

@@ -32,12 +32,11 @@ import logging
 import sys
 
 from electra_tf import console
+from electra_tf.cli import run_cli
 from electra_tf.data import builder as b
 from electra_tf.data.beam_build import LOCAL_RUNNER
-from electra_tf.data.corpus import CorpusError
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
-from electra_tf.sources.fetch import FetchError, default_data_ready, fetch_default_data
-from electra_tf.vocab import VocabError
+from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
 PROG = "electra-build-dataset"
 
@@ -52,8 +51,10 @@ def fetch_default_data_if_needed(args) -> None:
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status: 0 done, 2 bad input or environment (one line on stderr naming the "
+               "problem and the file), 130 interrupted.")
     arg = p.add_argument
     arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
         f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
@@ -134,7 +135,8 @@ def main(argv=None, prog: str = PROG):
     settings = vars(args)
     runner = settings.pop("runner")
     config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
-    try:
+
+    def work():
         b.resolve_config(config)  # bad flags fail before any download
         if runner != LOCAL_RUNNER:
             _setup_beam(runner, beam_args, handler)
@@ -145,13 +147,8 @@ def main(argv=None, prog: str = PROG):
             from electra_tf.data.beam_build import build_dataset_beam
 
             build_dataset_beam(config, runner, beam_args)
-    except (b.BuildError, CorpusError, VocabError, FetchError, OSError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return run_cli(prog, work)
 
 
 def _setup_beam(runner: str, beam_args, handler: logging.Handler) -> None:

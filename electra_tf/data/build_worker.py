@@ -21,13 +21,14 @@ from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.tfrecord_io import ExampleSerializer
+from electra_tf.errors import ElectraError, error_line, shown_path
 from electra_tf.vocab import Vocab, load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
 MAX_LISTED_PROBLEMS = 100  # problem records returned per task (all go to inputs.jsonl)
 
 
-class BuildError(ValueError):
+class BuildError(ElectraError, ValueError):
     """Bad input or settings for the dataset builder; the message is one line naming the problem."""
 
 
@@ -121,7 +122,7 @@ class FilePacker:
                     pending[split] = []
         except OSError as e:
             raise BuildError(
-                f"cannot read corpus file {corpus_file.path}: {e.strerror or e}") from e
+                f"cannot read corpus file {shown_path(corpus_file.path)}: {e.strerror or e}") from e
         for split, batch in pending.items():
             if batch:
                 yield split, self._serialized(batch, report)
@@ -149,7 +150,7 @@ class FilePacker:
     def _check_input(self, read: ReadStats, corpus_file: CorpusFile) -> None:
         if self.strict_input and read.problems:
             first = next(iter(read.problems.values()))  # checked after every batch: the first
-            raise BuildError(f"bad input in {corpus_file.path}: {format_problem(first)} "
+            raise BuildError(f"bad input in {shown_path(corpus_file.path)}: {format_problem(first)} "
                              f"(--bad-input skip counts such problems instead)")
 
 
@@ -161,10 +162,14 @@ def file_summary(corpus_file: CorpusFile, read: ReadStats,
     """
     problems = sorted(read.problems.values(), key=lambda e: e["problem"])
     read.problems = {}
-    entry = {"file": corpus_file.relpath, "bytes": corpus_file.size,
+    entry = {"file": shown_path(corpus_file.relpath), "bytes": corpus_file.size,
              "text_bytes": read.bytes_read,
              "documents": sum(s.documents for s in stats.splits.values()),
              "examples": {split: s.examples for split, s in stats.splits.items()}}
+    if read.lines_split:  # each piece is at most one example: most of such a line is dropped
+        entry["lines_split"] = read.lines_split
+        entry["tokens"] = stats.tokenized_tokens
+        entry["truncated_tokens"] = sum(s.truncated_tokens for s in stats.splits.values())
     if problems:
         entry["problems"] = [{k: v for k, v in p.items() if k != "file"} for p in problems]
     return entry, problems
@@ -196,12 +201,19 @@ class BuildWorker:
             {"read": ReadStats fields (problems: at most MAX_LISTED_PROBLEMS, in file order),
              "problems": total problem records, "pack": PackStats.to_dict()}.
         """
+        try:
+            return self._pack_task(task, report)
+        except OSError as e:  # reading errors are BuildErrors already: this is a failed write
+            raise write_error(e, "the shuffle's temporary files", self.spec.shuffle_dir) from None
+
+    def _pack_task(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
         task_index, files = task
         spec = self.spec
         writers = {split: BucketWriter(spec.shuffle_dir, split, spec.layouts[split],
                                        self.worker_id) for split in spec.pack.splits}
         read, stats = ReadStats(), PackStats()
         listed: List[dict] = []
+        long_lines: List[dict] = []  # files with lines over MAX_LINE_BYTES (split)
         num_problems = 0
         with open(inputs_part_path(spec.shuffle_dir, task_index), "w", encoding="utf-8") as part:
             for corpus_file in files:
@@ -215,13 +227,16 @@ class BuildWorker:
                 listed += problems[:MAX_LISTED_PROBLEMS - len(listed)]
                 read.add(file_read)
                 stats.add(file_stats)
+                if "lines_split" in entry:
+                    long_lines.append(entry)
                 part.write(json.dumps(entry) + "\n")
                 report(files=1)
         for writer in writers.values():
             writer.flush()
         result = dataclasses.asdict(read)
         result["problems"] = listed
-        return {"read": result, "problems": num_problems, "pack": stats.to_dict()}
+        return {"read": result, "problems": num_problems, "pack": stats.to_dict(),
+                "long_lines": long_lines[:MAX_LISTED_PROBLEMS]}
 
     # -------------------------------------------------------------------------------------------
     def gather(self, unit: Tuple[str, range, range], report) -> Dict[int, int]:
@@ -231,7 +246,21 @@ class BuildWorker:
         writers = range(spec.num_writers)
         files = [[p for p in (bucket_path(spec.shuffle_dir, split, b, w) for w in writers)
                   if os.path.exists(p)] for b in buckets]
-        return gather_unit(files, shards, spec.layouts[split].num_shards, spec.shard_paths[split],
-                           spec.memory_bytes, spec.shuffle_dir,
-                           report=lambda n: report(written=n))
+        import tensorflow as tf  # the shard writer's: gather_unit imports it anyway
+
+        try:
+            return gather_unit(files, shards, spec.layouts[split].num_shards,
+                               spec.shard_paths[split], spec.memory_bytes, spec.shuffle_dir,
+                               report=lambda n: report(written=n))
+        except (OSError, tf.errors.OpError) as e:  # a full disk: ResourceExhaustedError
+            raise write_error(e, f"the {split} shards",
+                              os.path.dirname(spec.shuffle_dir)) from None
+
+
+def write_error(error: BaseException, what: str, directory: str) -> BuildError:
+    """The one-line BuildError for a failed write (a full disk, a read-only directory; also
+    TensorFlow's file errors, which are not OSErrors)."""
+    return BuildError(f"cannot write {what} in {shown_path(directory)} ({error_line(error)}); "
+                      "free space there (or choose another --output-dir) and rerun with "
+                      "--overwrite")
 

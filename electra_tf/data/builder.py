@@ -46,17 +46,22 @@ import time
 from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from electra_tf.data.build_worker import BuildError, BuildWorker, WorkerSpec, inputs_part_path
+from electra_tf import atomic
+from electra_tf.data import corpus as corpus_lib
+from electra_tf.data.build_worker import (BuildError, BuildWorker, WorkerSpec, inputs_part_path,
+                                         write_error)
 from electra_tf.data.corpus import CorpusFile, format_problem, list_corpus_files
 from electra_tf.data.formats import (DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS, InputSettings,
                                      estimated_text_bytes, is_compressed)
-from electra_tf.data.manifest import build_manifest, merge_pack_results, write_json_atomic
+from electra_tf.data.manifest import build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shards,
                                     remove_temporaries, temp_prefix)
 from electra_tf.data.packing import PackSettings
 from electra_tf.data.shuffle import BucketLayout, ShuffleError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
+from electra_tf.errors import is_utf8_path, shown_path
+from electra_tf.locking import DirectoryLock
 from electra_tf.progress import RateEta
 from electra_tf.vocab import load_vocab
 
@@ -195,9 +200,14 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
     out, corpus = os.path.realpath(config.output_dir), os.path.realpath(corpus_dir)
     if out == corpus or out.startswith(corpus + os.sep):
         raise BuildError(
-            f"--output-dir {config.output_dir} must not be inside --corpus-dir {corpus_dir}")
+            f"--output-dir {shown_path(config.output_dir)} must not be inside --corpus-dir "
+            f"{shown_path(corpus_dir)}")
     if os.path.exists(config.output_dir) and not os.path.isdir(config.output_dir):
-        raise BuildError(f"--output-dir {config.output_dir} exists and is not a directory")
+        raise BuildError(f"--output-dir {shown_path(config.output_dir)} exists and is not a "
+                         "directory")
+    if not is_utf8_path(config.output_dir):
+        raise BuildError(f"--output-dir {shown_path(config.output_dir)}: TensorFlow writes and "
+                         "reads only file names that are valid UTF-8; choose another directory")
     return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file)
 
 
@@ -304,32 +314,36 @@ def build_dataset(config: BuildConfig) -> dict:
 
     Raises:
         BuildError, CorpusError, VocabError: bad input or settings (one-line messages).
+        LockError: another process writes to the output dir.
     """
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
     config = resolve_config(config)
+    created = not os.path.isdir(config.output_dir)
+    os.makedirs(config.output_dir, exist_ok=True)
+    try:
+        # One writer per output dir: a second build there stops with one line naming this one.
+        with DirectoryLock(config.output_dir, "--output-dir"):
+            return _build(config, started_at, start)
+    finally:
+        if created and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
+            os.rmdir(config.output_dir)
+
+
+def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
+    """`build_dataset` once the output dir is locked."""
     check_output_dir(config.output_dir, config.overwrite)
     files = list_corpus_files(config.corpus_dir)
     if sum(f.size for f in files) == 0:
-        raise BuildError(f"corpus dir {config.corpus_dir} contains only empty files")
+        raise BuildError(f"corpus dir {shown_path(config.corpus_dir)} contains only empty files")
     if config.learn_vocab is not None:
         learn_corpus_vocab(config, files)
     vocab = load_vocab(config.vocab_file)
     plan = make_plan(config, files)
-    spec = WorkerSpec(
-        vocab_file=config.vocab_file, vocab_sha256=vocab.sha256,
-        do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
-        input=InputSettings(config.input_format, config.blanks_separate_docs,
-                            config.jsonl_text_field),
-        pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,
-                          vocab.special.unk_id),
-        strict_input=config.bad_input == "error", shuffle_dir=plan.shuffle_dir,
-        layouts=plan.layouts, shard_paths=plan.shard_tmp,
-        memory_bytes=config.shuffle_memory_mb << 20, num_writers=plan.num_processes)
+    spec = _worker_spec(config, vocab, plan)
     text_mb = sum(estimated_text_bytes(f) for f in files) / 1e6
     logger.info("building from %d files (~%.1f MB of text) in %s with %d process(es) into %s",
                 len(files), text_mb, config.corpus_dir, plan.num_processes, config.output_dir)
-    created_dir = not os.path.isdir(config.output_dir)
     os.makedirs(plan.shuffle_dir)
     phases = {}
     try:
@@ -339,6 +353,7 @@ def build_dataset(config: BuildConfig) -> dict:
                 _describe_packing(len(files), text_mb), config.progress_interval,
                 rate_key="tokens", rate_unit="tokens"))
             totals = merge_pack_results(results, config.max_seq_length)
+            long_lines = [entry for result in results for entry in result["long_lines"]]
             check_train_examples(config.corpus_dir, totals)
             _join_inputs(plan)
             phases["pack"] = time.monotonic() - phase_start
@@ -361,15 +376,14 @@ def build_dataset(config: BuildConfig) -> dict:
         shutil.rmtree(plan.shuffle_dir)
     except BaseException as e:
         remove_temporaries(plan.temp_paths())
-        if created_dir and os.path.isdir(config.output_dir) and not os.listdir(config.output_dir):
-            os.rmdir(config.output_dir)
         if isinstance(e, (WorkerFailed, ShuffleError)):
             raise BuildError(str(e)) from None
+        if isinstance(e, OSError):
+            raise write_error(e, "the dataset", config.output_dir) from None
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME)
-    write_json_atomic(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
-    log_summary(config, manifest)
+    _finish(config, manifest, long_lines)
     return manifest
 
 
@@ -377,8 +391,34 @@ def check_train_examples(corpus_dir: str, totals) -> None:
     """Raises BuildError when packing made no training example (`totals`: BuildTotals)."""
     if totals.pack.splits["train"].examples == 0:
         raise BuildError(
-            f"no training examples: the corpus in {corpus_dir} has no tokenizable text"
-            + (" outside the held-out documents" if totals.pack.splits["eval"].examples else ""))
+            f"no training examples: the corpus in {shown_path(corpus_dir)} has no tokenizable "
+            "text" + (" outside the held-out documents" if totals.pack.splits["eval"].examples
+                      else ""))
+
+
+def _finish(config: BuildConfig, manifest: dict, long_lines: List[dict]) -> None:
+    """Writes manifest.json (last: its presence marks a complete dataset), then the warnings
+    and the summary."""
+    try:
+        atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
+    except OSError as e:
+        raise write_error(e, MANIFEST_NAME, config.output_dir) from None
+    _warn_long_lines(config, manifest["counts"], long_lines)
+    log_summary(config, manifest)
+
+
+def _worker_spec(config: BuildConfig, vocab, plan: Plan) -> WorkerSpec:
+    """What every build process needs to know (picklable)."""
+    return WorkerSpec(
+        vocab_file=config.vocab_file, vocab_sha256=vocab.sha256,
+        do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
+        input=InputSettings(config.input_format, config.blanks_separate_docs,
+                            config.jsonl_text_field),
+        pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,
+                          vocab.special.unk_id),
+        strict_input=config.bad_input == "error", shuffle_dir=plan.shuffle_dir,
+        layouts=plan.layouts, shard_paths=plan.shard_tmp,
+        memory_bytes=config.shuffle_memory_mb << 20, num_writers=plan.num_processes)
 
 
 def _join_inputs(plan: Plan) -> None:
@@ -389,6 +429,33 @@ def _join_inputs(plan: Plan) -> None:
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
             os.remove(part)
+
+
+def _warn_long_lines(config: BuildConfig, counts: dict, long_lines: List[dict]) -> None:
+    """Warns when lines far longer than an example lost most of their text (docs/data.md).
+
+    A line is one sentence to the packer: whatever does not fit in one example of
+    max_seq_length tokens is dropped. Lines over corpus.MAX_LINE_BYTES are split into pieces
+    of that size first (each piece then fills at most one example); the warning names the
+    files and how much of their text was dropped.
+    """
+    dropped, tokens = counts["truncated_tokens"], max(counts["tokenized_tokens"], 1)
+    if long_lines:
+        first = long_lines[0]
+        lost = sum(e["truncated_tokens"] for e in long_lines)
+        total = max(sum(e["tokens"] for e in long_lines), 1)
+        logger.warning(
+            "%d line(s) longer than %d bytes in %d file(s) were split into pieces of that size, "
+            "but an example holds at most %d tokens: %d of those files' %d tokens (%.1f%%) were "
+            "dropped; first: %s (%d line(s)); put one sentence or paragraph per line",
+            counts["lines_split"], corpus_lib.MAX_LINE_BYTES, len(long_lines),
+            config.max_seq_length, lost, total, 100 * lost / total, first["file"],
+            first["lines_split"])
+    elif dropped > tokens // 2:
+        logger.warning(
+            "%d of the %d tokens read (%.1f%%) were dropped: lines longer than an example (%d "
+            "tokens) are truncated; put one sentence or paragraph per line", dropped, tokens,
+            100 * dropped / tokens, config.max_seq_length)
 
 
 def log_summary(config: BuildConfig, manifest: dict) -> None:

@@ -32,6 +32,8 @@ import os
 import stat
 from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
+from electra_tf.errors import ElectraError, shown_path
+
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
 _READ_PIECE_BYTES = 1 << 16  # a chunk is read in pieces of this size (see `_read_chunks`)
@@ -40,7 +42,7 @@ _BOM = codecs.BOM_UTF8
 _ERROR_HANDLER = "electra_tf.count_replace"
 
 
-class CorpusError(ValueError):
+class CorpusError(ElectraError, ValueError):
     """The corpus directory is missing or empty, or a file in it cannot be read."""
 
 
@@ -83,18 +85,19 @@ class ReadStats:
         """Records `count` occurrences of a problem of `kind` in `file`; the first keeps its place.
 
         Args:
-            file: the file's path relative to the corpus dir.
+            file: the file's path relative to the corpus dir (recorded escaped, `shown_path`).
             kind: one of the `PROBLEM_*` names.
             where: the place of the first occurrence ("line 12", "member a/b.txt", ...).
             detail: what was wrong there, one line.
             count: occurrences (bytes for invalid UTF-8).
         """
+        file = shown_path(file)
         key = f"{file}\0{kind}"
         if key in self.problems:
             self.problems[key]["count"] += count
         else:
-            self.problems[key] = {"file": file, "problem": kind, "count": count, "first": where,
-                                  "detail": detail}
+            self.problems[key] = {"file": file, "problem": kind, "count": count,
+                                  "first": shown_path(where), "detail": detail}
 
 
 # Problem kinds recorded by `ReadStats.note` (and listed in the manifest).
@@ -160,7 +163,7 @@ def list_corpus_files(corpus_dir: str) -> List[CorpusFile]:
     """
     if not os.path.isdir(corpus_dir):
         what = "is not a directory" if os.path.exists(corpus_dir) else "does not exist"
-        raise CorpusError(f"corpus dir {corpus_dir} {what}")
+        raise CorpusError(f"corpus dir {shown_path(corpus_dir)} {what}")
     files = []
     for root, dirs, names in os.walk(corpus_dir, followlinks=True):
         dirs[:] = [d for d in dirs if not d.startswith(".")]
@@ -171,18 +174,18 @@ def list_corpus_files(corpus_dir: str) -> List[CorpusFile]:
             try:
                 info = os.stat(path)
             except OSError as e:
-                raise CorpusError(f"cannot read corpus file {path}: {e.strerror}") from e
+                raise CorpusError(f"cannot read corpus file {shown_path(path)}: {e.strerror}") from e
             if not stat.S_ISREG(info.st_mode):
-                raise CorpusError(f"corpus entry {path} is not a regular file")
+                raise CorpusError(f"corpus entry {shown_path(path)} is not a regular file")
             try:
                 with open(path, "rb") as f:
                     f.read(1)
             except OSError as e:
-                raise CorpusError(f"cannot read corpus file {path}: {e.strerror}") from e
+                raise CorpusError(f"cannot read corpus file {shown_path(path)}: {e.strerror}") from e
             relpath = os.path.relpath(path, corpus_dir).replace(os.sep, "/")
             files.append(CorpusFile(relpath, path, info.st_size))
     if not files:
-        raise CorpusError(f"corpus dir {corpus_dir} contains no files")
+        raise CorpusError(f"corpus dir {shown_path(corpus_dir)} contains no files")
     files.sort(key=lambda f: f.relpath)
     return files
 

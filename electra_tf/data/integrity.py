@@ -16,12 +16,13 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import os
-import re
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from electra_tf import atomic, locking
 from electra_tf.data import tfrecord_io
+from electra_tf.errors import ElectraError, error_line
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ VERIFY_BATCH = 1024
 SCAN_THREADS = os.cpu_count() or 1  # files scanned at once by `plan_good_records`
 
 
-class DataError(ValueError):
+class DataError(ElectraError, ValueError):
     """The pretraining data is missing or does not match the config."""
 
 
@@ -111,7 +112,7 @@ def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> Fi
                 return FileScan(path, readable, tuple(bad), None)
     except tf.errors.DataLossError as e:
         # The failed batch is lost whole: read its records one at a time up to the bad one.
-        error = _first_line(e)
+        error = error_line(e, limit=200)
         tail = []
         try:
             for record in tf.data.TFRecordDataset(path).skip(readable):
@@ -222,14 +223,6 @@ def find_bad_file(patterns: str, max_seq_length: int) -> Optional[str]:
     return None
 
 
-def _first_line(error: Exception) -> str:
-    """The useful part of a TensorFlow error: its first line without the op/function names."""
-    text = str(error).strip()
-    text = text.splitlines()[0] if text else type(error).__name__
-    text = re.sub(r"\s*\[Op:.*$", "", re.sub(r"\{\{[^}]*\}\}\s*", "", text))
-    return (text or type(error).__name__)[:200]
-
-
 def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, vocab_size: int,
                      split: str = "train", verify: bool = False,
                      skip_bad_records: bool = False) -> Optional[dict]:
@@ -258,45 +251,24 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
     files = list_files(patterns)
     total, manifests, expected_counts = 0, [], {}
     for directory in sorted({os.path.dirname(f) for f in files}):
+        matched = sorted(f for f in files if os.path.dirname(f) == directory)
+        _check_not_being_built(directory)
         manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
         if not os.path.exists(manifest_path):
-            partial = [n for n in os.listdir(directory) if n.startswith(PARTIAL_PREFIX)]
-            if partial:
-                raise DataError(f"{directory} holds an interrupted dataset build ({partial[0]}, no "
-                                f"{tfrecord_io.MANIFEST_NAME}): rerun build_pretraining_dataset.py "
-                                "with --overwrite")
+            _check_not_interrupted(directory)
             total = None
             if verify and not skip_bad_records:
-                verify_records([f for f in files if os.path.dirname(f) == directory],
-                               max_seq_length=max_seq_length)
+                verify_records(matched, max_seq_length=max_seq_length)
             continue
-        try:
-            manifest = tfrecord_io.read_manifest(manifest_path)
-            tfrecord_io.check_manifest(manifest, max_seq_length=max_seq_length,
-                                       vocab_sha256=vocab_sha256, vocab_size=vocab_size)
-            listed = {os.path.abspath(p) for p in tfrecord_io.shard_paths(
-                manifest, directory, split, verify=not skip_bad_records)}
-        except tfrecord_io.ManifestError as e:
-            raise DataError(f"{manifest_path}: {e}") from None
-        matched = {os.path.abspath(f) for f in files if os.path.dirname(f) == directory}
-        stray = sorted(matched - listed)
-        if stray:
-            raise DataError(f"{stray[0]} matches the {split} file pattern but is not listed in "
-                            f"{manifest_path} (a leftover or foreign shard?)")
+        counts = _check_manifest(manifest_path, matched, split, max_seq_length=max_seq_length,
+                                 vocab_sha256=vocab_sha256, vocab_size=vocab_size,
+                                 check_sizes=not skip_bad_records)
         manifests.append(manifest_path)
-        if split == "train" and not tfrecord_io.is_globally_shuffled(manifest):
-            logger.warning(
-                "%s: this dataset was written in corpus order (manifest format %s, before the "
-                "builder's global shuffle): batches will follow the corpus order, mixing only "
-                "within the reader's shuffle buffer; rebuild it with build_pretraining_dataset.py",
-                manifest_path, manifest["format_version"])
-        counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
-                  for sh in manifest["splits"][split]["shards"]}
-        expected_counts.update({path: n for path, n in counts.items() if path in matched})
+        expected_counts.update(counts)
         if verify and not skip_bad_records:
-            verify_records(sorted(matched), max_seq_length=max_seq_length, expected_counts=counts)
+            verify_records(matched, max_seq_length=max_seq_length, expected_counts=counts)
         if total is not None:
-            total += sum(n for path, n in counts.items() if path in matched)
+            total += sum(counts.values())
     summary = {"num_examples": total, "manifests": manifests}
     if skip_bad_records:
         plan = plan_good_records(files, max_seq_length=max_seq_length,
@@ -307,3 +279,53 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
         summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
                        skipped_records=plan["skipped_records"], problems=plan["problems"])
     return summary
+
+
+def _check_not_being_built(directory: str) -> None:
+    """Refuses shards a builder is writing right now (it holds the directory's lock)."""
+    holder = locking.current_holder(directory)
+    if holder is not None:
+        raise DataError(f"{directory} is being written right now by {locking.describe(holder)}: "
+                        "wait for the build to finish")
+
+
+def _check_not_interrupted(directory: str) -> None:
+    """Refuses shards beside the temporaries of a build that never wrote its manifest."""
+    partial = sorted(n for n in os.listdir(directory)
+                     if n.startswith(PARTIAL_PREFIX) or atomic.is_temporary(n))
+    if partial:
+        raise DataError(f"{directory} holds an interrupted dataset build ({partial[0]}, no "
+                        f"{tfrecord_io.MANIFEST_NAME}): rerun build_pretraining_dataset.py "
+                        "with --overwrite")
+
+
+def _check_manifest(manifest_path: str, matched: List[str], split: str, *, max_seq_length: int,
+                    vocab_sha256: str, vocab_size: int, check_sizes: bool) -> dict:
+    """Checks one directory's manifest against the config and the matched shards.
+
+    Returns:
+        {absolute path: examples the manifest lists} for the matched shards.
+    """
+    directory = os.path.dirname(manifest_path)
+    try:
+        manifest = tfrecord_io.read_manifest(manifest_path)
+        tfrecord_io.check_manifest(manifest, max_seq_length=max_seq_length,
+                                   vocab_sha256=vocab_sha256, vocab_size=vocab_size)
+        listed = {os.path.abspath(p) for p in tfrecord_io.shard_paths(
+            manifest, directory, split, verify=check_sizes)}
+    except tfrecord_io.ManifestError as e:
+        raise DataError(f"{manifest_path}: {e}") from None
+    matched = {os.path.abspath(f) for f in matched}
+    stray = sorted(matched - listed)
+    if stray:
+        raise DataError(f"{stray[0]} matches the {split} file pattern but is not listed in "
+                        f"{manifest_path} (a leftover or foreign shard?)")
+    if split == "train" and not tfrecord_io.is_globally_shuffled(manifest):
+        logger.warning(
+            "%s: this dataset was written in corpus order (manifest format %s, before the "
+            "builder's global shuffle): batches will follow the corpus order, mixing only "
+            "within the reader's shuffle buffer; rebuild it with build_pretraining_dataset.py",
+            manifest_path, manifest["format_version"])
+    counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
+              for sh in manifest["splits"][split]["shards"]}
+    return {path: n for path, n in counts.items() if path in matched}

@@ -9,7 +9,6 @@ corpus order (the trainer warns).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import re
@@ -49,15 +48,6 @@ def _source_tree_version() -> str:
         return match.group(1) if match else "unknown"
     except OSError:
         return "unknown"
-
-
-def write_json_atomic(path: str, data: dict, temp_prefix: str = ".partial-") -> None:
-    """Writes JSON to a hidden temporary file beside `path`, then renames it over `path`."""
-    tmp = os.path.join(os.path.dirname(path), temp_prefix + os.path.basename(path))
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 @dataclasses.dataclass

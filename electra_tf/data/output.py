@@ -15,8 +15,11 @@ import re
 import shutil
 from typing import Dict, List, Sequence, Tuple
 
+from electra_tf import atomic
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
+from electra_tf.errors import shown_path
+from electra_tf.locking import LOCK_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +33,12 @@ def is_our_file(name: str) -> bool:
     return name in (MANIFEST_NAME, INPUTS_NAME) or bool(_OUR_FILES.match(name))
 
 
+def is_temporary(name: str) -> bool:
+    """A build's temporary: a `.partial-*` shard or directory, or an unfinished atomic write
+    (`manifest.json`)."""
+    return name.startswith(TMP_PREFIX) or atomic.is_temporary(name)
+
+
 def temp_prefix(output_dir: str) -> str:
     """Prefix of this build's temporary paths (the pid keeps two builds into one dir apart)."""
     return os.path.join(output_dir, f"{TMP_PREFIX}{os.getpid()}-")
@@ -37,15 +46,16 @@ def temp_prefix(output_dir: str) -> str:
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
     """Refuses a non-empty output dir without `overwrite`; clears an interrupted build with it."""
-    names = os.listdir(output_dir) if os.path.isdir(output_dir) else []
-    partial = [n for n in names if n.startswith(TMP_PREFIX)]
+    names = [n for n in (os.listdir(output_dir) if os.path.isdir(output_dir) else [])
+             if n != LOCK_NAME]  # this build's own lock
+    partial = [n for n in names if is_temporary(n)]
     if names and MANIFEST_NAME not in names and all(
-            n.startswith(TMP_PREFIX) or is_our_file(n) for n in names):
+            is_temporary(n) or is_our_file(n) for n in names):
         # A build killed before its manifest (written last): its shards are incomplete or
         # unverified, never to be mixed with a new build's.
         if not overwrite:
             raise BuildError(
-                f"output dir {output_dir} holds an interrupted build ({len(partial)} "
+                f"output dir {shown_path(output_dir)} holds an interrupted build ({len(partial)} "
                 f"temporary {TMP_PREFIX}* file(s), {len(names) - len(partial)} shard(s), no "
                 f"{MANIFEST_NAME}); pass --overwrite to delete it and build afresh")
         logger.warning("--overwrite: removing an interrupted build in %s (%d temporary files, no "
@@ -54,7 +64,7 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
         return
     if names and not overwrite:
         raise BuildError(
-            f"output dir {output_dir} exists and is not empty; pass --overwrite to replace "
+            f"output dir {shown_path(output_dir)} exists and is not empty; pass --overwrite to replace "
             f"the dataset in it")
 
 
@@ -67,10 +77,10 @@ def remove_previous_dataset(output_dir: str, keep: Sequence[str]) -> int:
     keep = {os.path.basename(path) for path in keep}
     removed = 0
     for name in sorted(os.listdir(output_dir)):
-        if name in keep or not (is_our_file(name) or name.startswith(TMP_PREFIX)):
+        if name in keep or not (is_our_file(name) or is_temporary(name)):
             continue
         path = os.path.join(output_dir, name)
-        if os.path.isdir(path) and not os.path.islink(path) and name.startswith(TMP_PREFIX):
+        if os.path.isdir(path) and not os.path.islink(path) and is_temporary(name):
             shutil.rmtree(path)
             removed += 1
         elif os.path.isfile(path) or os.path.islink(path):

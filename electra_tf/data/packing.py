@@ -36,8 +36,13 @@ EncodeBatch = Callable[[List[str]], Tuple[np.ndarray, np.ndarray]]
 
 
 def derive_seed(seed: int, *parts: str) -> int:
-    """A 64-bit seed from the user seed and labels (stable across runs, machines and Python)."""
-    digest = hashlib.sha256("\0".join((str(seed),) + parts).encode("utf-8")).digest()
+    """A 64-bit seed from the user seed and labels (stable across runs, machines and Python).
+
+    Labels are hashed as their UTF-8 bytes; a file name that is not valid UTF-8 (which Python
+    hands over with surrogate escapes) as its original bytes.
+    """
+    text = "\0".join((str(seed),) + parts)
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
     return int.from_bytes(digest[:8], "big")
 
 

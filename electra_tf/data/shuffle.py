@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from electra_tf.data.packing import derive_seed
+from electra_tf.errors import ElectraError
 
 MASK64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15  # SplitMix64's increment (the golden ratio in 64 bits)
@@ -43,7 +44,7 @@ MAX_BUCKETS = 2048  # per split; bounds the write buffers (a larger corpus gets 
 _rescatter_ids = itertools.count()
 
 
-class ShuffleError(ValueError):
+class ShuffleError(ElectraError, ValueError):
     """A bucket file is not what the scatter phase wrote (damaged temporary data)."""
 
 

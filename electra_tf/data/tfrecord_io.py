@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from electra_tf.data.example_builder import PackedExample
+from electra_tf.errors import ElectraError
 
 # Official feature names (build_pretraining_dataset._make_tf_example); sorted, which is also the
 # order deterministic protobuf serialisation writes map entries in.
@@ -43,7 +44,7 @@ _TAG_FIELD2 = b"\x12"  # map entry value
 _TAG_FIELD3 = b"\x1a"  # Feature.int64_list
 
 
-class ManifestError(ValueError):
+class ManifestError(ElectraError, ValueError):
     """A dataset manifest is missing, malformed or does not match what the caller needs."""
 
 
@@ -308,9 +309,3 @@ def shard_paths(manifest: dict, data_dir: str, split: str = "train",
         paths.append(path)
     return paths
 
-
-def count_records(paths: Iterable[str]) -> int:
-    """Counts the records in TFRecord files (reads them; for validation and tests)."""
-    import tensorflow as tf  # lazy: see module docstring
-
-    return sum(1 for path in paths for _ in tf.data.TFRecordDataset(path))

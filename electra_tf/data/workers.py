@@ -6,8 +6,8 @@ task lists in turn (`map`): packing, then writing shards. Tasks are pulled from 
 the load balances itself; results come back in task order. With one process everything runs
 in the calling process.
 
-Errors: a worker's `BuildError`-like failure (a ValueError subclass with a one-line message) or
-OSError (e.g. a full disk) comes back as its message; anything else (a bug) as its traceback; a
+Errors: a worker's user-facing failure (an `ElectraError` such as `BuildError`) or OSError (e.g.
+a full disk) comes back as its one-line message; anything else (a bug) as its traceback; a
 worker that dies (killed, out of memory) fails the build naming its exit code.
 """
 
@@ -20,12 +20,14 @@ import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from electra_tf.errors import ElectraError, error_line
+
 logger = logging.getLogger(__name__)
 
 REPORT_SECONDS = 0.5  # how often a worker sends progress
 
 
-class WorkerFailed(ValueError):
+class WorkerFailed(ElectraError, ValueError):
     """A worker reported a user-facing error (bad input or settings); the message is one line."""
 
 
@@ -54,8 +56,8 @@ def _process_main(make_worker: Callable[[int], Any], worker_id: int, tasks, mess
     """Entry point of a worker process: builds the worker, then runs tasks until None."""
     try:
         worker = make_worker(worker_id)
-    except ValueError as e:
-        messages.put(("error", -1, str(e)))
+    except (ElectraError, OSError) as e:
+        messages.put(("error", -1, error_line(e, limit=None, whole=True)))
         return
     except BaseException:  # noqa: BLE001 -- a bug: hand the traceback to the parent
         messages.put(("crash", -1, traceback.format_exc()))
@@ -70,8 +72,8 @@ def _process_main(make_worker: Callable[[int], Any], worker_id: int, tasks, mess
             result = getattr(worker, method)(payload, reporter)
             reporter.flush()
             messages.put(("done", task_id, result))
-        except (ValueError, OSError) as e:  # BuildError, CorpusError, a full disk: one line
-            messages.put(("error", task_id, str(e)))
+        except (ElectraError, OSError) as e:  # BuildError, CorpusError, a full disk: one line
+            messages.put(("error", task_id, error_line(e, limit=None, whole=True)))
         except BaseException:  # noqa: BLE001
             messages.put(("crash", task_id, traceback.format_exc()))
 

@@ -33,8 +33,8 @@ import os
 import typing
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from electra_tf.config import (MODELS_DIR, ConfigError, check_known_hparams, coerce_hparam,
-                               parse_hparams)
+from electra_tf.config import (MODELS_DIR, ConfigError, check_known_hparams, check_model_name,
+                               coerce_hparam, parse_hparams)
 from electra_tf.training import run_dir
 
 logger = logging.getLogger("electra_tf")
@@ -169,6 +169,7 @@ class FinetuningConfig:
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
         _check_known(user)
+        check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
 

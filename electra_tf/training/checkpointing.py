@@ -23,6 +23,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line
 from electra_tf.training import run_dir
 
@@ -51,6 +52,9 @@ class RunCheckpoint:
         self.optimizer = optimizer
         self.directory = directory
         self.max_to_keep = max_to_keep
+        if os.path.isdir(directory):
+            # TensorFlow's CheckpointManager fails on a damaged state file: rewrite it first.
+            run_dir.repair_checkpoint_state(directory)
         self.track_data(data_iterator, data_key)
 
     def _model_items(self) -> dict:
@@ -76,12 +80,25 @@ class RunCheckpoint:
     def save(self, step: int) -> str:
         """Saves `ckpt-<step>`; a failed save (disk full, unwritable directory) is a TrainingError.
 
+        Only finite weights are saved: a checkpoint is "good" only if every model weight and
+        optimizer slot is finite (`non_finite_variable`, checked first; one read of the
+        variables in memory), so the last good checkpoint a stopped run names can be resumed.
         TensorFlow writes the data under a temporary name and the `checkpoint` state file last,
         so a failed save never becomes the latest checkpoint; its temporary files are removed
         (they hold the space a retry needs) and a restart resumes from the last complete one.
         """
+        bad = non_finite_variable(list(self.model.trainable_variables)
+                                  + list(self.optimizer.variables))
+        if bad is not None:
+            raise TrainingError(
+                f"the weights are not finite after step {step} (NaN or Inf in {bad}): "
+                f"{run_dir.CHECKPOINT_PREFIX}-{step} is not saved and training stopped. The last "
+                f"good checkpoint is {self.latest}; lower learning_rate (or set "
+                "max_skipped_nonfinite_steps) and rerun to resume from it")
         try:
-            return self.manager.save(checkpoint_number=step)
+            path = self.manager.save(checkpoint_number=step)
+            _sync(path, self.directory)
+            return path
         except (tf.errors.OpError, OSError) as e:
             name = os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{step}")
             shutil.rmtree(name + "_temp", ignore_errors=True)
@@ -125,6 +142,38 @@ class RunCheckpoint:
                                 f"match this run's model ({error_line(e)}). Use the hparams "
                                 "`from-google` printed") from None
         self.optimizer.iterations.assign(step)
+
+
+def _sync(prefix: str, directory: str) -> None:
+    """Flushes a saved checkpoint's files, then the `checkpoint` state file TensorFlow renamed
+    into place, then the directory, to the disk: after a power loss the state file is never
+    empty and never names files that are not there. (Remote filesystems, `gs://...`, have
+    their own guarantees: nothing to do.)"""
+    if "://" in directory:
+        return
+    for path in sorted(tf.io.gfile.glob(prefix + ".*")):
+        atomic.fsync_path(path)
+    state = os.path.join(directory, run_dir.CHECKPOINT_STATE_NAME)
+    if os.path.exists(state):
+        atomic.fsync_path(state)
+    atomic.fsync_path(directory)
+
+
+def non_finite_variable(variables) -> Optional[str]:
+    """The name of the first floating-point variable holding NaN or Inf, or None.
+
+    One fused check over all variables (a reduction per variable, no copy to the host), then a
+    search only when something is wrong.
+    """
+    floating = [v for v in variables if tf.as_dtype(v.dtype).is_floating]
+    if not floating:
+        return None
+    if bool(tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in floating])):
+        return None
+    for variable in floating:
+        if not bool(tf.reduce_all(tf.math.is_finite(variable))):
+            return variable.path if hasattr(variable, "path") else variable.name
+    return None
 
 
 def _read_string(path: str, name: str) -> Optional[str]:

@@ -36,6 +36,7 @@ import tensorflow as tf
 from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
+from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.training import hub, run_dir
 from electra_tf.vocab import Vocab
 
@@ -126,6 +127,10 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
 
     Returns:
         target.
+
+    Raises:
+        TrainingError: the export cannot be written (a full disk, a read-only directory); the
+            staging directory is removed and a previous export is left as it was.
     """
     tf_logger = logging.getLogger("tensorflow")
     tf_level = tf_logger.level
@@ -144,6 +149,10 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
             for name, text in (extra_texts or {}).items():
                 with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
                     f.write(text)
+    except (OSError, tf.errors.OpError) as e:  # a full disk is a ResourceExhaustedError
+        raise TrainingError(f"cannot write the export {shown_path(target)} ({error_line(e)}); "
+                            "free space there and rerun with do_train false to export "
+                            "again") from None
     finally:
         tf_logger.setLevel(tf_level)
     return target

@@ -13,7 +13,9 @@
 
 Everything that writes the directory as a whole (`prepare`, `copy_dataset_manifest`,
 `remove_run`, `write_imported`) or reads it (`tokenization_settings`, `checkpoint_to_read`,
-`load_run`) is here, so the trainer, the exporters, the converters and fine-tuning agree on it.
+`load_run`) is here, so the trainer, the exporters, the converters and fine-tuning agree on it;
+finding, checking and repairing its checkpoint files is in `training.checkpoint_files` (its
+names are imported here).
 Problems are `TrainingError`s naming the path.
 
 TensorFlow is imported only by the functions that read or write checkpoints, so the names serve
@@ -27,11 +29,17 @@ import logging
 import os
 import re
 import shutil
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from electra_tf import atomic
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.errors import TrainingError, error_line
+from electra_tf.errors import TrainingError, error_line, shown_path
+from electra_tf.locking import LOCK_NAME, DirectoryLock, current_holder, describe, held_here
+from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
+    CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, CheckpointToRead,
+    checkpoint_candidates, checkpoint_number, checkpoint_problem, checkpoint_state_problem,
+    checkpoint_step, checkpoint_to_read, enforce_retention, latest_good_checkpoint,
+    remove_leftovers, repair_checkpoint_state)
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -42,14 +50,9 @@ VOCAB_NAME = "vocab.txt"
 DATASET_MANIFEST_COPY = "dataset_manifest.json"
 EVAL_RESULTS_NAME = "eval_results.txt"
 EVAL_SUMMARY_DIR = "eval"
-# tf.train.CheckpointManager's checkpoint_name: checkpoints are `ckpt-<global step>`.
-CHECKPOINT_PREFIX = "ckpt"
 # Where a non-chief worker keeps its own checkpoints: its data iterator position differs from the
 # chief's, so it needs its own to resume exactly (`worker_checkpoint_dir`).
 WORKER_CHECKPOINT_DIR = "workers"
-# Where `from-google` puts the imported weights (`tf.train.Checkpoint(model=..., step=...)`); a run
-# starts from them when it has no checkpoint of its own.
-INIT_CHECKPOINT_DIR = "init_checkpoint"
 EXPORT_DIR = "export"
 FINETUNING_MODELS_DIR = "finetuning_models"
 FINETUNING_RESULTS_DIR = "results"
@@ -63,10 +66,16 @@ STRUCTURAL_HPARAMS = (
 )
 # Keys every saved config.json has: how `--overwrite` recognises a run directory it may delete.
 _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
-# Checkpoint keys of the step counter: the trainer's optimizer, or from-google's `step`.
-_STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
-              "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
-              "step/.ATTRIBUTES/VARIABLE_VALUE")
+# Every top-level name a run directory may hold (`is_run_entry`): what `--overwrite` may delete.
+_RUN_ENTRIES = frozenset((
+    CONFIG_NAME, VOCAB_NAME, DATASET_MANIFEST_COPY, EVAL_RESULTS_NAME, EVAL_SUMMARY_DIR,
+    CHECKPOINT_STATE_NAME, WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
+    FINETUNING_RESULTS_DIR, LOCK_NAME))
+_RUN_ENTRY_PATTERN = re.compile(
+    r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp)"  # checkpoints, an interrupted save
+    r"|checkpoint\.tmp[0-9a-f]*"  # TensorFlow's temporary state file
+    r"|events\.out\.tfevents\..*"  # TensorBoard
+    r"|\..+\.tmp-[a-z0-9_]+(\.old)?)$")  # an interrupted atomic write (electra_tf.atomic)
 # BERT's accent stripping when nothing records the setting (the builder's default too).
 DEFAULT_STRIP_ACCENTS = True
 
@@ -86,9 +95,8 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
     if os.path.exists(config_path):
         try:
             previous = PretrainingConfig.load(config_path)
-        except (ConfigError, TypeError) as e:
-            raise TrainingError(f"{config_path} is not a readable electra-tf config ({e}); use "
-                                "another --model-name, or --overwrite to start afresh") from None
+        except (ValueError, TypeError) as e:  # ConfigError, invalid JSON or UTF-8
+            raise TrainingError(_unreadable_config(config.model_dir, e)) from None
         for key in STRUCTURAL_HPARAMS:
             old, new = getattr(previous, key), getattr(config, key)
             if old != new:
@@ -106,6 +114,22 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
             atomic.copy_file(vocab_path, saved_vocab)
 
 
+def _unreadable_config(model_dir: str, error: Exception) -> str:
+    """What is wrong with a run's unreadable config.json, and advice that works."""
+    path = os.path.join(model_dir, CONFIG_NAME)
+    if os.path.getsize(path) == 0:
+        what = "is empty (0 bytes: a crash or a full disk while it was written?)"
+    else:
+        what = f"is not a readable electra-tf config ({error_line(error, limit=200)})"
+    reason = not_a_run_reason(model_dir)
+    if reason is None:
+        advice = ("pass --overwrite to delete this run and start afresh, or use another "
+                  "--model-name")
+    else:
+        advice = f"use another --model-name (--overwrite would refuse: {reason})"
+    return f"{shown_path(path)} {what}; {advice}"
+
+
 def copy_dataset_manifest(model_dir: str, manifest_path: str) -> None:
     """Keeps the training dataset's manifest in the run: provenance, and how the data was
     tokenised (what the export's `serve_text` repeats, see `tokenization_settings`)."""
@@ -114,34 +138,123 @@ def copy_dataset_manifest(model_dir: str, manifest_path: str) -> None:
 
 def is_run_dir(model_dir: str) -> bool:
     """True if `model_dir` holds an electra-tf run (a `config.json` this project wrote)."""
+    return _config_state(model_dir) == "ours"
+
+
+def _config_state(model_dir: str) -> str:
+    """"ours" (a config.json with the run keys), "damaged" (empty or not JSON), "foreign"
+    (JSON of something else) or "missing"."""
+    path = os.path.join(model_dir, CONFIG_NAME)
+    if not os.path.isfile(path):
+        return "missing"
     try:
-        with open(os.path.join(model_dir, CONFIG_NAME), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             saved = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(saved, dict) and all(k in saved for k in _RUN_MARKER_KEYS)
+    except (ValueError, OSError):
+        return "damaged"
+    ours = isinstance(saved, dict) and all(k in saved for k in _RUN_MARKER_KEYS)
+    return "ours" if ours else "foreign"
+
+
+def is_run_entry(name: str) -> bool:
+    """True for a top-level name that electra-tf writes in a run directory."""
+    return name in _RUN_ENTRIES or bool(_RUN_ENTRY_PATTERN.match(name))
+
+
+def not_a_run_reason(model_dir: str) -> Optional[str]:
+    """Why `model_dir` is not recognisably one electra-tf run, or None if it is.
+
+    A run directory has a `config.json` (ours, or damaged: empty or not JSON) and nothing but
+    the names the trainer, exports, converters and fine-tuning write (`is_run_entry`). A
+    directory holding anything else (another run, a dataset, the user's files) is not one run.
+    """
+    state = _config_state(model_dir)
+    if state == "missing":
+        return f"it has no {CONFIG_NAME}"
+    if state == "foreign":
+        return f"its {CONFIG_NAME} was not written by electra-tf"
+    foreign = sorted(name for name in os.listdir(model_dir) if not is_run_entry(name))
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        return f"it holds {shown_path(foreign[0])}{more}, which is not part of a run"
+    return None
 
 
 def remove_run(model_dir: str) -> bool:
-    """Deletes a previous run's directory (`--overwrite`), refusing one that is not a run.
+    """Deletes a previous run (`--overwrite`), refusing anything that is not recognisably one run.
+
+    Only a directory `not_a_run_reason` accepts is touched, so an empty or mistaken model name
+    (the parent of several runs, the data directory) can never delete more than one run. The
+    directory's lock file stays if this process holds it (a copied or stale one goes); the
+    directory itself goes unless that lock file is in it.
 
     Returns:
-        True if a directory was deleted.
+        True if something was deleted.
 
     Raises:
-        TrainingError: `model_dir` is not empty and holds no electra-tf `config.json` (it may be
-            user data: nothing is deleted).
+        TrainingError: naming the directory and why it is not a run (nothing is deleted).
     """
     if not os.path.isdir(model_dir):
-        if os.path.exists(model_dir):
-            raise TrainingError(f"refusing to overwrite {model_dir}: it is a file, not a run directory")
+        if os.path.lexists(model_dir):
+            raise TrainingError(f"refusing to overwrite {shown_path(model_dir)}: it is a file, "
+                                "not a run directory")
         return False
-    if os.listdir(model_dir) and not is_run_dir(model_dir):
-        raise TrainingError(f"refusing to delete {model_dir}: it does not look like an electra-tf "
-                            f"run directory (no {CONFIG_NAME} written by run_pretraining.py)")
-    shutil.rmtree(model_dir)
-    logger.info("--overwrite: deleted the previous run in %s", model_dir)
+    held = held_here(model_dir)
+    holder = None if held else current_holder(model_dir)
+    if holder is not None:  # (the trainer takes the lock first: a direct call met a writer)
+        raise TrainingError(f"refusing to delete {shown_path(model_dir)}: it is in use by "
+                            f"{describe(holder)}")
+    names = [name for name in os.listdir(model_dir) if not (held and name == LOCK_NAME)]
+    if not names:
+        return False
+    if names == [LOCK_NAME]:  # only a stale lock file: nothing of a run to delete
+        return False
+    reason = not_a_run_reason(model_dir)
+    if reason is not None:
+        raise TrainingError(
+            f"refusing to delete {shown_path(model_dir)} for --overwrite: {reason}. Only one run "
+            f"directory ({CONFIG_NAME}, vocab.txt, checkpoints, exports...) is ever deleted; "
+            "check --model-name, or move the other files away")
+    if len(names) == len(os.listdir(model_dir)):
+        shutil.rmtree(model_dir)
+    else:
+        for name in names:
+            path = os.path.join(model_dir, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    logger.info("--overwrite: deleted the previous run in %s", shown_path(model_dir))
     return True
+
+
+def lock(directory: str, training: bool) -> Optional[DirectoryLock]:
+    """Locks the directory this process writes (a run, or a non-chief worker's own checkpoints)
+    before anything there is written or deleted; a second writer stops with one line naming
+    this process (`electra_tf.locking`).
+
+    Args:
+        directory: str. The directory.
+        training: bool. The run trains (creates the directory). Otherwise (evaluation or export
+            only) a missing directory is not created (the run stops with "no checkpoint"), and a
+            read-only one is used without a lock (only what can be written is).
+
+    Raises:
+        LockError: another process writes there.
+        TrainingError: a training run cannot write there.
+    """
+    if not training and not os.path.isdir(directory):
+        return None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        return DirectoryLock(directory, "model dir").acquire()
+    except OSError as e:
+        if training:
+            raise TrainingError(f"cannot write in the model dir {shown_path(directory)}: "
+                                f"{error_line(e)}") from None
+        logger.warning("model dir %s is not writable (%s): running without its lock",
+                       shown_path(directory), error_line(e))
+        return None
 
 
 def worker_checkpoint_dir(model_dir: str, task_id: int) -> str:
@@ -218,149 +331,6 @@ def tokenization_settings(config: PretrainingConfig,
     return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
 
 
-def checkpoint_number(path: str) -> int:
-    """N of a checkpoint prefix `.../ckpt-N` (the global step it was saved at)."""
-    return int(os.path.basename(path).rsplit("-", 1)[1])
-
-
-def checkpoint_problem(path: str) -> Optional[str]:
-    """Why the checkpoint `path` (a prefix `.../ckpt-N`) cannot be restored, or None if it can.
-
-    Reads every tensor back: the bundle reader checks each tensor's CRC32C, so a truncated or
-    garbled `.data` file, a garbled `.index` or a missing file is found here, before any
-    variable is assigned (costs one extra read of the checkpoint).
-    """
-    import tensorflow as tf
-
-    try:
-        reader = tf.train.load_checkpoint(path)
-        for name, dtype in reader.get_variable_to_dtype_map().items():
-            if dtype == tf.variant:  # the data iterator's state: not convertible to numpy
-                tf.raw_ops.RestoreV2(prefix=path, tensor_names=[name], shape_and_slices=[""],
-                                     dtypes=[tf.variant])
-            else:
-                reader.get_tensor(name)
-    except (tf.errors.OpError, ValueError, OSError, IndexError, RuntimeError, TypeError) as e:
-        # (the reader raises IndexError for a data file cut short)
-        return error_line(e)
-    return None
-
-
-def checkpoint_candidates(directory: str) -> List[str]:
-    """Checkpoint prefixes `ckpt-N` in `directory`, newest (highest N) first: every one with an
-    index file, and those the `checkpoint` state file names (even if their files are gone)."""
-    import tensorflow as tf
-
-    prefixes = {path[:-len(".index")] for path in
-                tf.io.gfile.glob(os.path.join(directory, f"{CHECKPOINT_PREFIX}-*.index"))}
-    try:
-        state = tf.train.get_checkpoint_state(directory)
-    except (tf.errors.OpError, ValueError):  # a garbled state file: the index files decide
-        state = None
-    if state is not None:
-        # get_checkpoint_state has already joined relative entries with `directory` (joining
-        # again named `models/x/models/x/ckpt-N`, "corrupted", when `directory` is relative).
-        prefixes.update(path for path in list(state.all_model_checkpoint_paths)
-                        + [state.model_checkpoint_path] if path)
-    numbered = []
-    for prefix in prefixes:
-        try:
-            numbered.append((checkpoint_number(prefix), prefix))
-        except ValueError:
-            continue
-    return [prefix for _, prefix in sorted(numbered, reverse=True)]
-
-
-def latest_good_checkpoint(directory: str, at_step: Optional[int] = None) -> Optional[str]:
-    """The newest checkpoint in `directory` that reads back intact (see `checkpoint_problem`).
-
-    A corrupted, truncated or missing newer checkpoint (a crash or full disk mid-save, bit rot)
-    is skipped with a warning naming it; the run resumes from the previous good one.
-
-    Args:
-        directory: a run (or worker checkpoint) directory.
-        at_step: only consider the checkpoint of this step.
-
-    Returns:
-        The checkpoint prefix, or None if the directory holds no checkpoint at all.
-
-    Raises:
-        TrainingError: there are checkpoints but none is readable (never trains from garbage).
-    """
-    import tensorflow as tf
-
-    candidates = checkpoint_candidates(directory) if tf.io.gfile.isdir(directory) else []
-    if at_step is not None:
-        candidates = [c for c in candidates if checkpoint_number(c) == at_step]
-    bad = []
-    for path in candidates:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            if bad:
-                logger.warning("resuming from %s, the newest intact checkpoint", path)
-            return path
-        logger.warning("checkpoint %s is corrupted or incomplete, skipping it: %s", path, problem)
-        bad.append(path)
-    if bad and at_step is None:
-        raise TrainingError(
-            f"no readable checkpoint in {directory}: {', '.join(bad)} are corrupted or incomplete. "
-            "Restore them from a backup, or use --overwrite to start afresh")
-    return None
-
-
-class CheckpointToRead(NamedTuple):
-    """Which checkpoint a run starts from, or an export / conversion / fine-tuning reads.
-
-    Attributes:
-        path: str. The checkpoint prefix.
-        imported: bool. True for `init_checkpoint/` (`from-google`: model and step only).
-    """
-
-    path: str
-    imported: bool
-
-
-def checkpoint_to_read(model_dir: str, checkpoint: Optional[str] = None) -> Optional[CheckpointToRead]:
-    """The checkpoint to read, in this order: `checkpoint` if given (a prefix, or a directory's
-    latest), else the run's newest intact checkpoint (`latest_good_checkpoint`), else the imported
-    `init_checkpoint/`; None if the run has none.
-
-    Raises:
-        TrainingError: `checkpoint` names no checkpoint, or the run's are all unreadable.
-    """
-    import tensorflow as tf
-
-    if checkpoint:
-        if os.path.isdir(checkpoint):
-            found = tf.train.latest_checkpoint(checkpoint)
-            if found is None:
-                raise TrainingError(f"--checkpoint {checkpoint}: directory has no checkpoint")
-            return CheckpointToRead(found, imported=False)
-        if not tf.io.gfile.exists(checkpoint + ".index"):
-            raise TrainingError(f"--checkpoint {checkpoint}: no such checkpoint "
-                                f"({checkpoint}.index missing)")
-        return CheckpointToRead(checkpoint, imported=False)
-    own = latest_good_checkpoint(model_dir)
-    if own is not None:
-        return CheckpointToRead(own, imported=False)
-    init_dir = os.path.join(model_dir, INIT_CHECKPOINT_DIR)
-    imported = tf.train.latest_checkpoint(init_dir) if tf.io.gfile.isdir(init_dir) else None
-    return CheckpointToRead(imported, imported=True) if imported else None
-
-
-def checkpoint_step(path: str) -> int:
-    """The step stored in an electra-tf checkpoint (optimizer iterations or `step`), else the
-    number in its name (`ckpt-1000`), else 0."""
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(path)
-    for key in _STEP_KEYS:
-        if reader.has_tensor(key):
-            return int(reader.get_tensor(key))
-    match = re.search(r"-(\d+)$", path)
-    return int(match.group(1)) if match else 0
-
-
 class LoadedRun(NamedTuple):
     """A run's model, restored for export, conversion or fine-tuning.
 
@@ -401,7 +371,7 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         raise TrainingError(f"{model_dir}: no {CONFIG_NAME} (not an electra-tf run directory)")
     try:
         config = PretrainingConfig.load(config_path)
-    except (ConfigError, TypeError) as e:
+    except (ValueError, TypeError) as e:  # ConfigError, invalid JSON or UTF-8
         raise TrainingError(f"{config_path}: {e}") from None
     vocab_path = os.path.join(model_dir, VOCAB_NAME)
     vocab = load_vocab(vocab_path if os.path.isfile(vocab_path) else config.vocab_file)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from typing import Optional
 
 import tensorflow as tf
 
 from electra_tf.config import STRATEGIES
-from electra_tf.errors import ElectraError
+from electra_tf.errors import ElectraError, error_line
+
+TPU_CONNECT_SECONDS = 20.0  # a TPU's gRPC port answers at once; a wrong address times out
 
 
 class StrategyError(ElectraError, ValueError):
@@ -84,26 +87,88 @@ def get_strategy(name: str = "auto", tpu_name: Optional[str] = None, tpu_zone: O
         if not tpu:
             raise StrategyError("strategy 'tpu' needs a TPU name: set the tpu_name hparam or TPU_NAME "
                                 "(electra-tf never probes the network for an unnamed TPU)")
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu=tpu, zone=tpu_zone, project=gcp_project)
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
+        return _tpu_strategy(tpu, tpu_zone, gcp_project)
     if name == "multi_worker":
-        if "TF_CONFIG" not in os.environ:
-            raise StrategyError("strategy 'multi_worker' needs the TF_CONFIG environment variable "
-                                "(cluster spec and this worker's task)")
+        check_tf_config()
         try:
-            json.loads(os.environ["TF_CONFIG"])
-        except json.JSONDecodeError as e:
-            raise StrategyError(f"TF_CONFIG is not valid JSON: {e.msg}") from e
-        return tf.distribute.MultiWorkerMirroredStrategy()
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except (ValueError, RuntimeError, tf.errors.OpError) as e:
+            raise StrategyError(f"TF_CONFIG: {error_line(e)}") from None
     gpus = tf.config.list_logical_devices("GPU")
     if name == "mirrored" or (name == "auto" and len(gpus) > 1):
         return tf.distribute.MirroredStrategy()
     if name == "one_device":
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
     return tf.distribute.get_strategy()  # auto with at most one GPU: the default strategy
+
+
+def check_tf_config() -> dict:
+    """Parses TF_CONFIG and checks this worker's task is in its cluster.
+
+    Raises:
+        StrategyError: TF_CONFIG is missing, not JSON, has no cluster, or names a task type or
+            index that the cluster does not have.
+    """
+    if "TF_CONFIG" not in os.environ:
+        raise StrategyError("strategy 'multi_worker' needs the TF_CONFIG environment variable "
+                            "(cluster spec and this worker's task)")
+    try:
+        tf_config = json.loads(os.environ["TF_CONFIG"])
+    except json.JSONDecodeError as e:
+        raise StrategyError(f"TF_CONFIG is not valid JSON: {e.msg}") from None
+    cluster = tf_config.get("cluster") if isinstance(tf_config, dict) else None
+    task = tf_config.get("task") if isinstance(tf_config, dict) else None
+    if not isinstance(cluster, dict) or not cluster:
+        raise StrategyError("TF_CONFIG has no \"cluster\" (e.g. {\"worker\": [\"host:port\", ...]})")
+    if not isinstance(task, dict) or "type" not in task:
+        raise StrategyError("TF_CONFIG has no \"task\" (e.g. {\"type\": \"worker\", \"index\": 0})")
+    task_type, index = task["type"], task.get("index", 0)
+    addresses = cluster.get(task_type)
+    if not isinstance(addresses, list):
+        raise StrategyError(f"TF_CONFIG: task type {task_type!r} is not in the cluster (it has "
+                            f"{', '.join(map(str, cluster))})")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(addresses):
+        raise StrategyError(f"TF_CONFIG: task index {index!r} is out of range: the cluster has "
+                            f"{len(addresses)} {task_type} task(s), indices 0 to "
+                            f"{len(addresses) - 1}")
+    return tf_config
+
+
+def _tpu_strategy(tpu: str, zone: Optional[str], project: Optional[str]):
+    """Connects to the named TPU; an unreachable or unknown one is one StrategyError line.
+
+    A `grpc://host:port` address is checked with a plain TCP connection first (TensorFlow
+    would wait for it indefinitely); a TPU name is resolved through the Cloud TPU API (what the
+    user asked for by naming it), then its address is checked the same way.
+    """
+    if tpu.startswith("grpc://"):
+        _check_reachable(tpu, tpu)
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=tpu, zone=zone, project=project)
+        master = resolver.master()
+    except Exception as e:  # noqa: BLE001 (the Cloud API client raises its own types)
+        raise StrategyError(f"TPU {tpu!r} cannot be resolved: {error_line(e)}") from None
+    if master.startswith("grpc://") and master != tpu:
+        _check_reachable(master, tpu)
+    try:
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        raise StrategyError(f"TPU {tpu!r} ({master}) cannot be used: {error_line(e)}") from None
+
+
+def _check_reachable(address: str, tpu: str, timeout: float = TPU_CONNECT_SECONDS) -> None:
+    """Raises StrategyError unless a TCP connection to `grpc://host:port` succeeds."""
+    host, _, port = address[len("grpc://"):].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            pass
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else error_line(e)
+        raise StrategyError(f"TPU {tpu!r} is not reachable at {address} ({reason}): check "
+                            "TPU_NAME / tpu_name and that the TPU is running") from None
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic
+from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.progress import format_duration
 from electra_tf.training import run_dir
 
@@ -48,10 +49,15 @@ def write_scalars(writer: Optional[tf.summary.SummaryWriter], step: int,
     """TensorBoard scalars at `step` (nothing without a writer: non-chief workers)."""
     if writer is None:
         return
-    with writer.as_default(step=step):
-        for name, value in scalars.items():
-            tf.summary.scalar(name, value)
-    writer.flush()
+    try:
+        with writer.as_default(step=step):
+            for name, value in scalars.items():
+                tf.summary.scalar(name, value)
+        writer.flush()
+    except tf.errors.OpError as e:  # a full disk
+        raise TrainingError(f"cannot write the TensorBoard events at step {step} "
+                            f"({error_line(e)}): training stopped; free space and rerun to "
+                            "resume from the last checkpoint") from None
 
 
 def log_progress(step: int, num_train_steps: int, scalars: Dict[str, float],
@@ -67,18 +73,27 @@ def log_progress(step: int, num_train_steps: int, scalars: Dict[str, float],
 
 
 def write_eval_results(model_dir: str, step: int, results: Dict[str, float]) -> None:
-    """`eval_results.txt` (sorted `name = value` lines, the official printout), TensorBoard
-    scalars under `eval/`, and a log line."""
-    atomic.write_text(os.path.join(model_dir, run_dir.EVAL_RESULTS_NAME),
-                      "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
-    writer = tf.summary.create_file_writer(os.path.join(model_dir, run_dir.EVAL_SUMMARY_DIR))
-    with writer.as_default(step=step):
-        for key, value in results.items():
-            if key != "global_step":
-                tf.summary.scalar(key, value)
-    writer.close()
-    logger.info("eval at step %d: %s", step,
-                ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
+    """A log line, then `eval_results.txt` (sorted `name = value` lines, the official printout)
+    and TensorBoard scalars under `eval/`.
+
+    Raises:
+        TrainingError: the files cannot be written (a read-only model dir, a full disk); the
+            message carries the results, so the computed metrics are never lost.
+    """
+    shown = ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step")
+    logger.info("eval at step %d: %s", step, shown)
+    path = os.path.join(model_dir, run_dir.EVAL_RESULTS_NAME)
+    try:
+        atomic.write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
+        writer = tf.summary.create_file_writer(os.path.join(model_dir, run_dir.EVAL_SUMMARY_DIR))
+        with writer.as_default(step=step):
+            for key, value in results.items():
+                if key != "global_step":
+                    tf.summary.scalar(key, value)
+        writer.close()
+    except (OSError, tf.errors.OpError) as e:
+        raise TrainingError(f"cannot write the eval results {shown_path(path)} "
+                            f"({error_line(e)}); the results at step {step}: {shown}") from None
 
 
 format_seconds = format_duration  # `1h02m03s`, or `?` for an unknown duration

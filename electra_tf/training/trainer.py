@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from typing import Dict, Optional
 
@@ -70,7 +71,20 @@ class Trainer:
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = inputs.check_datasets(config, self.vocab)
+        # One writer per run directory, from here until close() (or the process's end).
+        self._lock = run_dir.lock(self._checkpoint_dir(), training=config.do_train)
+        try:
+            self._set_up(overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, overwrite: bool) -> None:
+        config = self.config
         self._prepare_run_dir(overwrite)
+        if self._lock is not None:  # only the lock holder may tell leftovers from live files
+            run_dir.remove_leftovers(self._checkpoint_dir(), os.path.join(
+                config.model_dir, run_dir.EXPORT_DIR) if self.chief else None)
         self._build()
         # The data position is checkpointed with the model, so a resumed run continues the data
         # where it stopped; the dropout RNG states (non-trainable) too, so it draws the same masks.
@@ -87,6 +101,11 @@ class Trainer:
         self.skipped_steps = 0  # non-finite steps skipped in this process
         self.restored_from = None
         self._start()
+        if config.do_train and self._lock is not None:
+            run_dir.enforce_retention(self._checkpoint_dir(), self.restored_from,
+                                      config.keep_checkpoint_max or None)
+            # The manager read the state file before: give it the one listing what is on disk.
+            self.checkpointer.track_data(self.train_iterator, self.checkpointer.data_key)
 
     # --- Set-up ------------------------------------------------------------------------------------
     def _check_vocab_and_batches(self) -> Vocab:
@@ -181,6 +200,18 @@ class Trainer:
         # weights, but its own data position) in a private directory, to resume exactly.
         return run_dir.worker_checkpoint_dir(self.config.model_dir,
                                              self.strategy.cluster_resolver.task_id)
+
+    def close(self) -> None:
+        """Releases the run directory's lock (idempotent; the process's exit does too)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # --- State -------------------------------------------------------------------------------------
     @property
@@ -355,7 +386,13 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
         {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    trainer = Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps)
+    with Trainer(config, strategy, overwrite=overwrite,
+                 profile_steps=profile_steps) as trainer:
+        return _run(trainer)
+
+
+def _run(trainer: Trainer) -> dict:
+    config = trainer.config
     results = {}
     if config.do_train:
         results["train"] = trainer.train()

@@ -362,6 +362,38 @@ def test_junk_input_is_decoded_counted_and_completes(tmp_path, vocab_file, monke
     assert manifest["splits"]["train"]["examples"] > 0
 
 
+def test_a_line_far_longer_than_an_example_is_split_and_warned_about(tmp_path, vocab_file,
+                                                                       caplog):
+    """A 3 MB line (the real MAX_LINE_BYTES of 1 MiB): split into 3 pieces, and a warning names
+    the file and says how much of it was dropped (not only a count in the manifest)."""
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, [20])
+    (corpus / "zz_one_line.txt").write_bytes(b"w9 w10 " * 430_000 + b"w11\n")  # 3.0 MB
+    with caplog.at_level(logging.INFO, logger="electra_tf"):
+        manifest, out = build(tmp_path, vocab_file, corpus, eval_fraction=0.0)
+    assert manifest["counts"]["lines_split"] == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert ("1 line(s) longer than 1048576 bytes in 1 file(s) were split into pieces of that "
+            "size, but an example holds at most 32 tokens") in warnings[0], warnings[0]
+    assert "first: zz_one_line.txt (1 line(s))" in warnings[0], warnings[0]
+    assert "(99.9%) were dropped" in warnings[0] or "(100.0%) were dropped" in warnings[0]
+    entries = [json.loads(line) for line in open(os.path.join(out, "inputs.jsonl"))]
+    long_entry = next(e for e in entries if e["file"] == "zz_one_line.txt")
+    assert long_entry["lines_split"] == 1 and long_entry["examples"]["train"] == 3
+    assert long_entry["truncated_tokens"] == long_entry["tokens"] - 3 * 30
+    assert all("lines_split" not in e for e in entries if e is not long_entry)
+
+
+def test_mostly_truncated_text_is_warned_about(tmp_path, vocab_file, caplog):
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, [10], words_per_line=(200, 300), lines_per_doc=(1, 1))
+    with caplog.at_level(logging.INFO, logger="electra_tf"):
+        build(tmp_path, vocab_file, corpus, eval_fraction=0.0)
+    assert any("were dropped: lines longer than an example (32 tokens) are truncated" in
+               r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
 def test_no_examples_is_an_error_and_leaves_nothing_behind(tmp_path, vocab_file):
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -20,7 +20,7 @@ def run_cli(*args, cwd=REPO_ROOT):
 
 
 def assert_one_line_error(result, *fragments):
-    assert result.returncode != 0
+    assert result.returncode == 2, (result.returncode, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     # TensorFlow may log its own lines (e.g. "E0000 ... cuInit"); ours carry the program name.
     errors = [line for line in result.stderr.splitlines()
@@ -98,6 +98,15 @@ def test_vocab_lacking_a_special_token(inputs, missing):
     assert_one_line_error(result, "bad_vocab.txt", "lacks required special token", missing)
 
 
+def test_vocab_with_a_utf8_bom_is_named_as_such(inputs):
+    """Not "lacks [PAD]": the BOM glued to the first token is what is wrong."""
+    bom = inputs["tmp"] / "bom_vocab.txt"
+    bom.write_bytes(b"\xef\xbb\xbf" + ("\n".join(GOOD_VOCAB) + "\n").encode())
+    result = run_cli(*base_args(inputs, **{"--vocab-file": str(bom)}))
+    assert_one_line_error(result, "bom_vocab.txt", "starts with a UTF-8 byte order mark")
+    assert "lacks" not in result.stderr
+
+
 def test_max_seq_length_too_small(inputs):
     result = run_cli(*base_args(inputs, **{"--max-seq-length": "4"}))
     assert_one_line_error(result, "--max-seq-length", "4")
@@ -114,7 +123,8 @@ def test_build_then_refuse_then_overwrite(inputs):
     result = run_cli(*args, "--no-blanks-separate-docs", "--num-out-files", "3")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    summary = [line for line in result.stderr.splitlines() if line.startswith("done: ")]
+    # Log lines are `HH:MM:SS message` (cli.setup_logging).
+    summary = [line for line in result.stderr.splitlines() if line[9:].startswith("done: ")]
     assert len(summary) == 1 and "train examples" in summary[0]
     manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
     assert manifest["blanks_separate_docs"] is False and manifest["seed"] == 5
@@ -169,7 +179,7 @@ def test_default_paths_fetch_first_when_default_data_missing(tmp_path, monkeypat
     assert manifest["vocab"]["path"] == os.path.join("pretrain_data", "vocab.txt")
     # Data now "ready": no second fetch; a bad flag fails before any fetch is considered.
     assert script.main(["--max-seq-length", "16", "--overwrite"]) == 0
-    assert script.main(["--max-seq-length", "4"]) == 1
+    assert script.main(["--max-seq-length", "4"]) == 2
     assert calls == ["pretrain_data"]
     # An explicit corpus never triggers the fetch.
     calls.clear()
@@ -201,7 +211,7 @@ def test_jsonl_input_counts_a_bad_line_or_stops_at_it(inputs):
 
 def _one_line_error(capsys, code, *fragments):
     err = capsys.readouterr().err
-    assert code == 1 and "Traceback" not in err, err
+    assert code == 2 and "Traceback" not in err, err
     errors = [line for line in err.splitlines() if ": error: " in line]
     assert len(errors) == 1, err
     for fragment in fragments:

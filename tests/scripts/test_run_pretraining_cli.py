@@ -150,7 +150,8 @@ def test_overwrite_starts_afresh(capsys, data_dir, caplog):
     old.manager.save(checkpoint_number=0)
     model_dir = old.config.model_dir
     del old
-    stale = os.path.join(model_dir, "stale_file_from_old_run")
+    # A stale file of the old run (a file of the user's would make --overwrite refuse: issue 13).
+    stale = os.path.join(model_dir, "eval_results.txt")
     open(stale, "w").close()
     # With --overwrite and a changed model: the old run is gone and training restarts at step 0
     # (without the flag, the changed model would be refused as incompatible).
@@ -160,9 +161,9 @@ def test_overwrite_starts_afresh(capsys, data_dir, caplog):
     _assert_one_line_error(code, err, "embedding_size")
     assert os.path.exists(stale)
     with caplog.at_level(logging.INFO, logger="electra_tf"):
-        code = _main(capsys, "--data-dir", data_dir, "--model-name", "ow", "--hparams", changed,
-                     "--overwrite")[0]
-    assert code == 0
+        code, err = _main(capsys, "--data-dir", data_dir, "--model-name", "ow", "--hparams",
+                          changed, "--overwrite")
+    assert code == 0, err[-3000:]
     assert not os.path.exists(stale)
     assert _checkpoint_step(model_dir) == 1
     assert any("training from step 0" in r.getMessage() for r in caplog.records)

@@ -10,14 +10,15 @@ import gc
 import logging
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.config import ConfigError
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
+from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 
 RUN = dict(num_train_steps=4, save_checkpoints_steps=2, iterations_per_loop=2, keep_checkpoint_max=0)
@@ -158,26 +159,8 @@ def test_all_checkpoints_damaged_is_a_clear_error(original, data_dir):
 @pytest.fixture
 def small_disk(tmp_path):
     """An 8 MiB tmpfs (root only); skipped where mounting is not allowed."""
-    mount_point = str(tmp_path / "small_disk")
-    os.makedirs(mount_point)
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mount_point],
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
-    try:
+    with faults.small_filesystem(str(tmp_path / "small_disk")) as mount_point:
         yield mount_point
-    finally:
-        gc.collect()  # close the trainers' files on the mount
-        if subprocess.run(["umount", mount_point], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", mount_point], check=False)
-
-
-def _fill(directory, leave_bytes):
-    """Fills the filesystem of `directory` up to `leave_bytes` free."""
-    stat = os.statvfs(directory)
-    free = stat.f_bavail * stat.f_frsize
-    with open(os.path.join(directory, "filler"), "wb") as f:
-        f.write(b"\0" * max(free - leave_bytes, 0))
 
 
 def test_disk_full_while_checkpointing_fails_clearly_and_keeps_last_good(data_dir, small_disk):
@@ -186,7 +169,7 @@ def test_disk_full_while_checkpointing_fails_clearly_and_keeps_last_good(data_di
     trainer = trainer_lib.Trainer(config)
     trainer.train(stop_at_step=2)  # ckpt-0 and ckpt-2 fit
     checkpoint_bytes = os.path.getsize(_data_file(model_dir, 2))
-    _fill(small_disk, checkpoint_bytes // 2)  # the next save runs out of space mid-write
+    faults.fill(small_disk, checkpoint_bytes // 2)  # the next save runs out of space mid-write
     with pytest.raises(trainer_lib.TrainingError, match="cannot save checkpoint .*ckpt-4") as info:
         trainer.train()
     assert "No space left" in str(info.value) or "ENOSPC" in str(info.value)
@@ -198,3 +181,60 @@ def test_disk_full_while_checkpointing_fails_clearly_and_keeps_last_good(data_di
     assert again.step == 2
     assert all(np.isfinite(v.numpy()).all() for v in again.model.trainable_variables)
     del again
+
+
+# ------------------------------------------------------------------------------------------------
+# Non-finite weights: never saved as a good checkpoint, skipped on resume
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("hparams", [{"weight_decay_rate": float("nan")},
+                                     {"learning_rate": float("inf")},
+                                     {"train_batch_size": 1_000_000_000},
+                                     {"model_hparam_overrides": {"hidden_dropout_prob": float("nan")}}])
+def test_non_finite_or_out_of_range_hparams_are_refused(data_dir, hparams):
+    """What JSON's NaN / Infinity (accepted by Python's json) or an int32-overflowing batch
+    would have trained with."""
+    with pytest.raises(ConfigError):
+        fx.tiny_config(data_dir, "bad_hparams", **hparams)
+
+
+def test_weights_that_diverge_are_never_saved_as_a_good_checkpoint(data_dir):
+    """A finite but absurd learning rate turns the weights into Inf in the update of step 1,
+    whose loss (computed before the update) is still finite. The save of step 1 is refused; the
+    last good checkpoint named is ckpt-0, and a rerun with a sane rate resumes from it."""
+    run = dict(num_train_steps=3, save_checkpoints_steps=1, iterations_per_loop=1,
+               num_warmup_steps=0, keep_checkpoint_max=0)
+    config = fx.tiny_config(data_dir, "diverges", learning_rate=2e38, **run)
+    trainer = trainer_lib.Trainer(config)
+    with pytest.raises(trainer_lib.TrainingError,
+                       match=r"weights are not finite after step 1 .*ckpt-1 is not saved.*last "
+                             r"good checkpoint is .*ckpt-0"):
+        trainer.train()
+    trainer.close()
+    model_dir = config.model_dir
+    assert not os.path.exists(os.path.join(model_dir, "ckpt-1.index"))
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-0")
+    again = trainer_lib.Trainer(fx.tiny_config(data_dir, "diverges", **run))
+    assert again.restored_from.endswith("ckpt-0")
+    again.train()
+    again.close()
+    assert again.step == 3
+
+
+def test_resume_skips_a_checkpoint_with_non_finite_weights(original, data_dir, caplog):
+    """A checkpoint holding NaN (written by an older version, or another tool) is skipped with
+    a warning naming it and the tensor; the previous one is restored."""
+    model_dir = _copy_run(original, data_dir, "nan_checkpoint")
+    trainer = trainer_lib.Trainer(fx.tiny_config(data_dir, "nan_checkpoint", **RUN))
+    variable = trainer.model.trainable_variables[3]
+    variable.assign(tf.fill(variable.shape, np.nan))
+    trainer.checkpointer.manager.save(checkpoint_number=6)  # bypasses the save-time check
+    trainer.close()
+    del trainer
+    gc.collect()
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        again = trainer_lib.Trainer(fx.tiny_config(data_dir, "nan_checkpoint", **RUN))
+    again.close()
+    assert again.restored_from == os.path.join(model_dir, "ckpt-4")
+    assert again.weights_fingerprint() == original["fingerprint"]
+    warnings = [r.getMessage() for r in caplog.records if "ckpt-6" in r.getMessage()]
+    assert warnings and "is non-finite, skipping it: NaN or Inf in" in warnings[0], warnings
