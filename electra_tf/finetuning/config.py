@@ -121,14 +121,6 @@ class FinetuningConfig:
     beam_size: int = 20  # starts x ends per start kept in joint prediction
     qa_na_threshold: float = -2.75  # SQuAD 2.0: predict "no answer" when null odds > this
 
-    # --- TPU (official; accepted, unused) ---
-    use_tpu: bool = False
-    num_tpu_cores: int = 1
-    tpu_job_name: Optional[str] = None
-    tpu_name: Optional[str] = None
-    tpu_zone: Optional[str] = None
-    gcp_project: Optional[str] = None
-
     # --- electra-tf additions ---
     layerwise_lr_decay_fix: bool = False  # True: head at depth L+1 (issue #51), not L+2
     seed: int = 0  # trial t uses seed + t (init of the head, dropout, data order)
@@ -169,6 +161,7 @@ class FinetuningConfig:
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
         _check_known(user)
+        user = _without_ignored(user)
         check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
@@ -261,7 +254,7 @@ class FinetuningConfig:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "FinetuningConfig":
         """Rebuilds a resolved config (e.g. one saved with a fine-tuned model)."""
-        d = dict(d)
+        d = _without_ignored(d)
         _check_known({k: v for k, v in d.items() if k not in ("model_name", "data_dir")})
         config = cls(**{k: _coerce(k, v) if k not in ("model_name", "data_dir") else v
                         for k, v in d.items()})
@@ -296,10 +289,18 @@ def single_task_presets(task_names) -> dict:
 
 HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(FinetuningConfig)
                      if f.name not in ("model_name", "data_dir"))
+# The official TPUEstimator settings: accepted so official hparam files (and config.json files of
+# older electra-tf versions) load, then dropped; they have no effect here (docs/finetuning.md).
+IGNORED_OFFICIAL_HPARAMS = ("use_tpu", "num_tpu_cores", "tpu_job_name", "tpu_name", "tpu_zone",
+                            "gcp_project")
 
 
 def _check_known(hparams: Mapping[str, Any]) -> None:
-    check_known_hparams(hparams, HPARAM_NAMES)
+    check_known_hparams(hparams, HPARAM_NAMES + IGNORED_OFFICIAL_HPARAMS)
+
+
+def _without_ignored(hparams: Mapping[str, Any]) -> dict:
+    return {k: v for k, v in hparams.items() if k not in IGNORED_OFFICIAL_HPARAMS}
 
 
 _TYPES = typing.get_type_hints(FinetuningConfig)

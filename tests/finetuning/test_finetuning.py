@@ -51,6 +51,18 @@ def test_config_presets_apply_only_to_keys_the_user_left_alone(tmp_path):
                                                         "learning_rate": 1e-3}).learning_rate == 1e-3
 
 
+def test_official_tpu_hparams_are_accepted_and_dropped(tmp_path):
+    official = {"use_tpu": True, "num_tpu_cores": 8, "tpu_job_name": "worker",
+                "tpu_name": "t", "tpu_zone": "z", "gcp_project": "p"}
+    config = FinetuningConfig.create("m", str(tmp_path), {"task_names": ["sst"], **official})
+    saved = config.to_dict()
+    assert not set(official) & set(saved)
+    # A config.json written by an older version (which stored them) still loads.
+    assert FinetuningConfig.from_dict({**saved, **official}).to_dict() == saved
+    with pytest.raises(ConfigError, match=r"Unknown hparam 'use_tpus'"):
+        FinetuningConfig.create("m", str(tmp_path), {"use_tpus": True})
+
+
 def test_unknown_or_mistyped_hparam_is_an_error_naming_it(tmp_path):
     with pytest.raises(ConfigError, match=r"Unknown hparam 'layerwise_lr_decy'; did you mean 'layerwise_lr_decay'"):
         FinetuningConfig.create("m", str(tmp_path), {"layerwise_lr_decy": 0.8})
