@@ -1,17 +1,21 @@
-"""Fine-tune a pretrained ELECTRA discriminator on classification tasks (official flags).
+"""Fine-tune a pretrained ELECTRA discriminator on the official tasks (official flags).
 
-Reads DATA_DIR/finetuning_data/<task>/ (GLUE files, or train/dev/test .tsv/.csv with header
-columns text, optional text_b, label), starts from DATA_DIR/models/MODEL_NAME (or the
-`init_checkpoint` hparam: a model directory, a checkpoint prefix or an exported SavedModel),
-and writes results to DATA_DIR/models/MODEL_NAME/results/<tasks>_results.{json,txt} and the
-fine-tuned SavedModels (raw-text signatures) to .../finetuning_models/<tasks>_model_<trial>.
+Tasks (docs/finetuning.md): GLUE classification (cola, sst, mrpc, qqp, mnli, qnli, rte) and
+generic TSV/CSV classification tasks; STS-B regression (sts); question answering: SQuAD 2.0
+(squad), SQuAD 1.1 (squadv1) and MRQA (newsqa, naturalqs, triviaqa, searchqa); chunking (chunk).
+Reads DATA_DIR/finetuning_data/<task>/, starts from DATA_DIR/models/MODEL_NAME (or the
+`init_checkpoint` hparam: a model directory, a checkpoint prefix or an exported SavedModel), and
+writes DATA_DIR/models/MODEL_NAME/results/<tasks>_results.{json,txt} (QA predictions in
+results/<tasks>_qa/) and the fine-tuned SavedModels (raw-text signatures) to
+.../finetuning_models/<tasks>_model_<trial>.
 
 Examples:
   python run_finetuning.py --data-dir pretrain_data --model-name electra_small \\
       --hparams '{"task_names": ["sst"]}'
+  python run_finetuning.py --model-name electra_small --hparams '{"task_names": ["squad"]}'
   python run_finetuning.py --model-name electra_small \\
-      --hparams '{"task_names": ["bbc_news"], "num_trials": 3, "layerwise_lr_decay_fix": true}'
-  python run_finetuning.py --hparams '{"task_names": ["rte"], "init_checkpoint": "DIR/export/discriminator"}'
+      --hparams '{"task_names": ["chunk"], "num_trials": 3, "layerwise_lr_decay_fix": true}'
+  python run_finetuning.py --hparams '{"task_names": ["sts"], "init_checkpoint": "DIR/export/discriminator"}'
 """
 
 import argparse

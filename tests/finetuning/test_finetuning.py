@@ -14,7 +14,7 @@ from electra_tf.finetuning import metrics
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.encoding import (TextEncoder, truncate_seq_pair_reference,
                                             truncated_pair_lengths)
-from electra_tf.finetuning.model import ElectraClassifier, summed_loss
+from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.tasks import DataFileError, load_task, read_rows
 from electra_tf.training.optimizers import AdamWeightDecay
@@ -64,7 +64,7 @@ def test_unknown_or_mistyped_hparam_is_an_error_naming_it(tmp_path):
 # Layer-wise learning rate (parity item 33 and the issue #51 fix)
 # ------------------------------------------------------------------------------------------------
 def _multipliers_by_depth(fix):
-    model = ElectraClassifier(TINY_ENCODER, [{"name": "sst", "num_labels": 2}])
+    model = FinetuningModel(TINY_ENCODER, [{"name": "sst", "num_labels": 2}])
     multipliers = layerwise_lr_multipliers(3, 0.8, fix_depth_gap=fix)
     check_covered(model.trainable_variables, multipliers)
     optimizer = AdamWeightDecay(1e-4, lr_multipliers=multipliers)
@@ -107,11 +107,18 @@ def test_layer_1_pattern_does_not_catch_layer_10_and_uncovered_variables_fail():
 
 
 def test_summed_loss_is_a_sum_over_the_batch_under_each_examples_task():
-    logits = {"a": tf.constant([[2.0, 0.0], [0.0, 1.0], [5.0, 5.0]]),
-              "b": tf.constant([[0.0, 0.0, 3.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])}
-    labels = tf.constant([0, 2, 1])
-    tasks = tf.constant([0, 1, 0])
-    loss = float(summed_loss(logits, labels, tasks, ["a", "b"]))
+    # Each head computes a loss on every record (official); the total takes each record's own
+    # task's, and a padding record (task id 2 = number of tasks) adds nothing.
+    logits = {"a": tf.constant([[2.0, 0.0], [0.0, 1.0], [5.0, 5.0], [9.0, 0.0]]),
+              "b": tf.constant([[0.0, 0.0, 3.0], [1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [0.0, 9.0, 0.0]])}
+    features = {"a_label_ids": tf.constant([0, 0, 1, 0]), "b_label_ids": tf.constant([0, 2, 0, 0])}
+    outputs = {}
+    for name in ("a", "b"):
+        labels = features[f"{name}_label_ids"]
+        outputs[name] = {"loss": tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=logits[name])}
+    tasks = tf.constant([0, 1, 0, 2])
+    loss = float(summed_loss(outputs, tasks, ["a", "b"]))
 
     def ce(row, label):
         row = np.asarray(row, np.float64)
@@ -180,7 +187,7 @@ def test_undecodable_bytes_name_the_line(tmp_path):
 def test_missing_task_directory_and_unsupported_tasks(tmp_path):
     with pytest.raises(DataFileError, match=r"task 'nope': no data directory"):
         load_task("nope", str(tmp_path))
-    with pytest.raises(DataFileError, match="classification tasks only"):
+    with pytest.raises(DataFileError, match="is not a classification task"):
         load_task("squad", str(tmp_path))
 
 

@@ -4,7 +4,6 @@ raw-text SavedModel export reloaded in a fresh process, and the CLI's error hand
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
@@ -12,17 +11,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.pretrained import PretrainedError, load_pretrained
-from electra_tf.finetuning.tasks import load_task
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import export as pretraining_export
-from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
+from electra_tf.finetuning.classification import ClassificationTask
+from electra_tf.vocab import REQUIRED_TOKENS
+from tests.finetuning_fixtures import TINY_MODEL, corpus_tasks_dir, tiny_pretrained
 
 from tests.pretraining_fixtures import REPO_ROOT
 POSITIVE = ["good", "great", "fine"]
@@ -48,30 +45,17 @@ def world(tmp_path_factory):
     """DATA_DIR with a tiny pretraining model dir (+ its exported SavedModel) and a toy task whose
     label is set by one sentiment word among random filler."""
     root = str(tmp_path_factory.mktemp("ft"))
-    vocab_path = os.path.join(root, "vocab.txt")
+    vocab_path = os.path.join(root, "toy_vocab.txt")
     with open(vocab_path, "w") as f:
         f.write("\n".join(list(REQUIRED_TOKENS) + POSITIVE + NEGATIVE + FILLER) + "\n")
-    vocab = load_vocab(vocab_path)
-    config = PretrainingConfig.create("tiny", root, {
-        "vocab_size": vocab.size, "embedding_size": 16, "max_seq_length": SEQ,
-        "model_hparam_overrides": {"hidden_size": 32, "num_hidden_layers": 2,
-                                   "num_attention_heads": 2, "intermediate_size": 64}})
-    tf.keras.utils.set_random_seed(1)
-    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
-    model.build_from_sequence_length()
-    os.makedirs(config.model_dir)
-    config.save(os.path.join(config.model_dir, "config.json"))
-    shutil.copyfile(vocab_path, os.path.join(config.model_dir, "vocab.txt"))
-    tf.train.Checkpoint(model=model).save(os.path.join(config.model_dir, "ckpt"))
-    exported = pretraining_export.export_all(model, vocab, config)["discriminator"]
+    world = tiny_pretrained(root, vocab_path, max_seq_length=SEQ)
     rng = random.Random(0)
     task_dir = os.path.join(root, "finetuning_data", "toy")
     os.makedirs(task_dir)
     for split, n in (("train", 192), ("dev", 64), ("test", 64)):
         with open(os.path.join(task_dir, f"{split}.tsv"), "w") as f:
             f.write("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in _rows(rng, n)))
-    return {"root": root, "model_dir": config.model_dir, "export": exported,
-            "discriminator": model.discriminator}
+    return world
 
 
 def _config(world, **hparams):
@@ -84,13 +68,16 @@ def test_finetuning_from_a_model_dir_learns_a_separable_task(world):
     assert results["init"]["kind"] == "model_dir"
     for split in ("dev", "test"):
         accuracy = results["summary"]["toy"][split]["accuracy"]
-        assert accuracy["mean"] >= 0.95, (split, accuracy)
+        assert accuracy["mean"] >= 95.0, (split, accuracy)
     assert [t["seed"] for t in results["trials"]] == [0, 1]
     assert all(os.path.isfile(os.path.join(t["export"], "saved_model.pb")) for t in results["trials"])
     with open(config.results_json) as f:
         assert json.load(f)["summary"] == results["summary"]
     with open(config.results_txt) as f:
-        assert "toy dev accuracy:" in f.read()
+        text = f.read()
+    # Official lines (one per trial and task, 2 decimals), then the mean and std over trials.
+    assert text.count("toy: accuracy: ") == 2 and "toy test: accuracy: " in text
+    assert "toy dev accuracy:" in text
     # Outputs are never replaced silently.
     with pytest.raises(runner.FinetuningError, match="already exists; pass --overwrite"):
         runner.run(config)
@@ -118,6 +105,14 @@ def test_saved_model_and_model_dir_starts_load_the_same_encoder_weights(world):
         assert len(pretrained.weights) == len(reference)
         for got, want in zip(pretrained.weights, reference):
             np.testing.assert_array_equal(got, want)
+    # SH-11: the model gets exactly the loaded encoder; its head is fresh (seeded), never loaded.
+    task = ClassificationTask("toy", _config(world), TextEncoder(Tokenizer(from_dir.vocab), SEQ))
+    model = runner.build_model(from_dir, [task], seed=7)
+    for got, want in zip(model.encoder.get_weights(), reference):
+        np.testing.assert_array_equal(got, want)
+    fresh = runner.build_model(from_dir._replace(weights=None), [task], seed=7)
+    for got, want in zip(model.task_heads.get_weights(), fresh.task_heads.get_weights()):
+        np.testing.assert_array_equal(got, want)
     # And a fine-tune starting from the SavedModel trains the encoder it loaded.
     config = _config(world, init_checkpoint=world["export"], num_train_epochs=1, model_dir=os.path.join(
         world["root"], "from_export"), results_json=os.path.join(world["root"], "r", "export.json"),
@@ -141,12 +136,11 @@ def test_exported_text_signature_in_a_fresh_process_matches_in_memory(world, tmp
         FAST, task_names=["pairs"], raw_data_dir=str(tmp_path / "raw"), num_train_epochs=1))
     pretrained = load_pretrained(config)
     encoder = TextEncoder(Tokenizer(pretrained.vocab), SEQ)
-    data = load_task("pairs", config.raw_data_dir)
-    model = runner.build_model(pretrained, [data.task], seed=3)
-    encoded = runner.encode_split(encoder, data.task, data.train, True)
-    features = runner.training_features([data], {"pairs": encoded})
-    runner.train(model, features, config, seed=3, task_names=["pairs"])
-    module = FinetunedModule(model, encoder, [data.task])
+    task = ClassificationTask("pairs", config, encoder)
+    model = runner.build_model(pretrained, [task], seed=3)
+    table = runner.training_table([task], config.train_batch_size, SEQ)
+    runner.train(model, table, config, seed=3, task_names=["pairs"])
+    module = FinetunedModule(model, [task])
     target = export_finetuned(module, str(tmp_path / "export"), config.to_json(), pretrained.vocab.path)
 
     texts_a = ["good movie", "the plot was awful very very " * 6, "not fine"]
@@ -154,7 +148,7 @@ def test_exported_text_signature_in_a_fresh_process_matches_in_memory(world, tmp
     in_memory = module.signature_functions["serving_default"](
         text=tf.constant(texts_a), text_b=tf.constant(texts_b))
     # The training-feature path (padded to max_seq_length) gives the same logits.
-    train_path = runner.predict_logits(model, encoder.encode_examples(texts_a, texts_b), "pairs", 8)
+    train_path = runner.predict(model, "pairs", encoder.encode_examples(texts_a, texts_b), 8)["logits"]
     np.testing.assert_allclose(in_memory["logits"].numpy(), train_path, rtol=1e-5, atol=1e-5)
     code = (
         "import json, sys, tensorflow as tf, tensorflow_text\n"
@@ -183,3 +177,16 @@ def test_cli_reports_bad_input_in_one_line(world):
                           capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 2
     assert "run_finetuning.py: error: Unknown hparam 'learning_rat'; did you mean 'learning_rate'?" in proc.stderr
+
+
+def test_learning_the_source_of_corpus_sentences_beats_the_majority_class(tmp_path):
+    """Classification family: which corpus (austen, foldoc, lee, wiki) a real sentence is from."""
+    raw = corpus_tasks_dir(str(tmp_path / "raw"), ["source"], num_train=800, num_dev=200)
+    config = FinetuningConfig.create("m", os.path.join(REPO_ROOT, "pretrain_data"), dict(
+        TINY_MODEL, task_names=["source"], random_init=True, raw_data_dir=raw, max_seq_length=48,
+        learning_rate=1e-3, num_train_epochs=3, do_export=False, log_steps=1000,
+        results_json=str(tmp_path / "r.json"), results_txt=str(tmp_path / "r.txt")))
+    results = runner.run(config)
+    dev = results["trials"][0]["metrics"]["source"]["dev"]
+    assert results["data"]["source"]["labels"] == ["austen", "foldoc", "lee", "wiki"]
+    assert dev["accuracy"] > 25.0 + 25, dev  # balanced classes: the majority class is 25%
