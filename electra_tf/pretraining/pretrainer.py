@@ -350,6 +350,15 @@ class ElectraPretrainer(keras.Model):
 
             keras_fit.reset(self._fit_state)
 
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras (TF backend) builds a model created under a strategy by drawing a batch from
+        # fit()'s or evaluate()'s iterator, which then trains from the SECOND batch (and the
+        # data order is no longer run_pretraining.py's). compile() has built the model and the
+        # optimizer already, and the objective has no compiled loss or metrics to build.
+        if self._fit_state is not None and self.built and self.optimizer.built:
+            return
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
     def _compiled_state(self):
         if self._fit_state is None:
             raise RuntimeError("call compile(optimizer=...) before fit() or evaluate()")

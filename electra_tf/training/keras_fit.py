@@ -19,7 +19,9 @@ are the mean of the replicas' partial values).
 
 Under MirroredStrategy, create the model in `strategy.scope()` (as Keras requires) and batch the
 dataset by the GLOBAL batch size; Keras splits each batch over the replicas in order, the split
-`seeds.replica_example_offset` assumes. The optimizer must be `AdamWeightDecay` or `Lamb` then
+`seeds.replica_example_offset` assumes. `training_dataset(config)` is that dataset: the batches
+`run_pretraining.py` trains on, in its order (with tf.data's auto-sharding off: on one worker it
+would rewrite the pipeline and change the shuffle order). The optimizer must be `AdamWeightDecay` or `Lamb` then
 (`optimization.apply_gradients`). Keras' `fit()` under MultiWorkerMirroredStrategy is broken
 upstream (keras-team/keras#20585): use `run_pretraining.py` for several workers.
 
@@ -30,11 +32,13 @@ compiled model's checkpoints are the trainer's (model and, once compiled, `optim
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
 import keras
 import tensorflow as tf
 
+from electra_tf.config import PretrainingConfig
+from electra_tf.data import pipeline
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import optimizers, train_step
 
@@ -161,3 +165,24 @@ def check_optimizer(optimizer, strategy: tf.distribute.Strategy) -> None:
             f"(electra_tf.training.optimizers; got {type(inner).__name__}): the gradient is "
             "summed over replicas and clipped before the optimizer, which other Keras "
             "optimizers would sum again")
+
+
+def training_dataset(config: PretrainingConfig, seed: Optional[int] = None) -> tf.data.Dataset:
+    """`fit()`'s training data: the batches `run_pretraining.py` trains on, in its order.
+
+    Global batches of `train_batch_size` from `pretrain_tfrecords` (one worker), shuffled from
+    `seed` (default `config.seed`), repeated. tf.data's auto-sharding is off: under
+    MirroredStrategy Keras' `experimental_distribute_dataset` would otherwise rewrite the
+    pipeline, which changes the shuffle order (the data would still be right, in another order).
+
+    Returns:
+        A dataset of dicts {"input_ids", "input_mask", "segment_ids"}, int32
+        [train_batch_size, max_seq_length].
+    """
+    dataset = pipeline.make_dataset(
+        config.pretrain_tfrecords, batch_size=config.train_batch_size,
+        max_seq_length=config.max_seq_length, is_training=True,
+        seed=config.seed if seed is None else seed)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return dataset.with_options(options)
