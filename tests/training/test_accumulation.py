@@ -45,8 +45,7 @@ def _forward_backward(model, k, inputs, seed):
     return tf.function(ctx.forward_backward)(inputs, seed)
 
 
-@pytest.mark.parametrize("k", [2, 4])
-def test_micro_batches_sum_to_the_whole_batch_gradient(k):
+def test_micro_batches_sum_to_the_whole_batch_gradient(k=4):
     model = make_model(overrides=fx.NO_DROPOUT)
     inputs = {key: tf.constant(v) for key, v in batch(8, seed=4).items()}
     seed = tf.constant([5, 9], tf.int64)
@@ -103,6 +102,7 @@ def _assert_same_update(history_losses, weights, one_batch):
     assert max_difference(weights, reference.model.trainable_variables) <= WEIGHT_TOLERANCE
 
 
+@pytest.mark.slow  # the reference run: ~30 s on a loaded 2-core machine
 def test_reference_clips_and_decays(one_batch):
     trainer, history = one_batch
     assert (history["grad_norm"] > 1.0).all()  # every step clipped
@@ -114,6 +114,7 @@ def test_reference_clips_and_decays(one_batch):
     assert (K - 1) * LEARNING_RATE * WEIGHT_DECAY * largest > 5 * WEIGHT_TOLERANCE
 
 
+@pytest.mark.slow  # ~35 s (and the reference)
 def test_custom_loop_accumulation_is_one_larger_batch(accumulated_loop, one_batch):
     trainer, history = accumulated_loop
     _assert_same_update(history["total_loss"], trainer.model.trainable_variables, one_batch)

@@ -72,6 +72,7 @@ def reference(data_dir):
     return loop_run(config_for(data_dir, "loop"))
 
 
+@pytest.mark.slow  # ~50 s on a loaded 2-core machine (with the reference run)
 def test_fit_gives_the_custom_loops_losses_and_weights(data_dir, reference):
     trainer, loop_history = reference
     config = config_for(data_dir, "fit")
@@ -91,6 +92,7 @@ def test_fit_gives_the_custom_loops_losses_and_weights(data_dir, reference):
     assert int(model.optimizer.iterations.numpy()) == trainer.step == STEPS
 
 
+@pytest.mark.slow  # ~30 s (and the reference run)
 def test_evaluate_gives_the_trainers_official_metrics(data_dir, reference):
     trainer, _ = reference
     expected = trainer.evaluate()
@@ -109,6 +111,7 @@ def test_evaluate_gives_the_trainers_official_metrics(data_dir, reference):
             assert results[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-6), key
 
 
+@pytest.mark.slow  # ~80 s
 def test_fit_under_mirrored_strategy_matches_the_loop_on_one_device(data_dir, mirrored_strategy):
     # Dropout off: Keras draws dropout per replica (see test_trainer_distributed.py).
     no_dropout = dict(model_hparam_overrides=fx.NO_DROPOUT)
