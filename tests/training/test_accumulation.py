@@ -45,6 +45,7 @@ def _forward_backward(model, k, inputs, seed):
     return tf.function(ctx.forward_backward)(inputs, seed)
 
 
+@pytest.mark.slow  # ~35 s on a loaded 2-core machine (tracing the accumulation loop)
 def test_micro_batches_sum_to_the_whole_batch_gradient(k=4):
     model = make_model(overrides=fx.NO_DROPOUT)
     inputs = {key: tf.constant(v) for key, v in batch(8, seed=4).items()}
