@@ -186,6 +186,7 @@ class PretrainingConfig:
     disc_weight: float = 50.0  # weight of the discriminator's RTD loss
     mask_prob: float = 0.15  # fraction of tokens selected for masking
     mask_with_replacement: bool = True  # official: positions drawn with replacement (issue #41)
+    whole_word_masking: bool = False  # mask all WordPieces of a chosen word together
 
     # --- Optimisation ---
     learning_rate: float = 5e-4
@@ -195,6 +196,8 @@ class PretrainingConfig:
 
     # --- Training loop ---
     iterations_per_loop: int = 200  # steps per compiled call
+    # Run each step's train_batch_size in this many micro-batches (same update, less memory).
+    gradient_accumulation_steps: int = 1
     save_checkpoints_steps: int = 1000
     num_train_steps: int = 1000000
     num_eval_steps: int = 100
@@ -375,6 +378,10 @@ class PretrainingConfig:
                     "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
             need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
         need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
+        need(self.gradient_accumulation_steps >= 1 and
+             self.train_batch_size % self.gradient_accumulation_steps == 0,
+             f"gradient_accumulation_steps must be >= 1 and divide train_batch_size "
+             f"{self.train_batch_size}, got {self.gradient_accumulation_steps}")
         need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
         need(self.max_skipped_nonfinite_steps >= 0,
              f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")

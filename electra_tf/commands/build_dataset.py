@@ -125,13 +125,7 @@ def main(argv=None, prog: str = PROG):
     args, beam_args = parse_args(argv, prog)
     quiet, verbose = args.quiet, args.verbose
     del args.quiet, args.verbose  # not build settings
-    console.setup(quiet, verbose)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    data_logger = logging.getLogger("electra_tf.data")  # the builder's modules and the fetch
-    data_logger.addHandler(handler)
-    data_logger.propagate = False  # its own message-only lines
-    data_logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    console.setup(quiet, verbose)  # `HH:MM:SS message` lines, as every tool
     settings = vars(args)
     runner = settings.pop("runner")
     config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
@@ -139,7 +133,7 @@ def main(argv=None, prog: str = PROG):
     def work():
         b.resolve_config(config)  # bad flags fail before any download
         if runner != LOCAL_RUNNER:
-            _setup_beam(runner, beam_args, handler)
+            _setup_beam(runner, beam_args)
         fetch_default_data_if_needed(args)
         if runner == LOCAL_RUNNER:
             b.build_dataset(config)
@@ -151,7 +145,7 @@ def main(argv=None, prog: str = PROG):
     return run_cli(prog, work)
 
 
-def _setup_beam(runner: str, beam_args, handler: logging.Handler) -> None:
+def _setup_beam(runner: str, beam_args) -> None:
     """Checks Beam is installed and knows `beam_args` (fail fast), and routes its log lines."""
     from electra_tf.data.beam_build import pipeline_options
 
@@ -159,7 +153,6 @@ def _setup_beam(runner: str, beam_args, handler: logging.Handler) -> None:
     # adding one that would print every line twice.
     logging.getLogger().addHandler(logging.NullHandler())
     beam_logger = logging.getLogger("apache_beam")  # job links, state changes, warnings
-    beam_logger.addHandler(handler)
     beam_logger.setLevel(logging.WARNING if runner == "DirectRunner" else logging.INFO)
     pipeline_options(runner, beam_args)
 

@@ -16,7 +16,7 @@ optimizer's all-reduce equal the one-device gradient. Do NOT divide these losses
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -74,7 +74,8 @@ class RTDLoss(NamedTuple):
     preds: tf.Tensor
 
 
-def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.Tensor) -> MLMLoss:
+def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.Tensor,
+             denominator: Optional[tf.Tensor] = None) -> MLMLoss:
     """Generator loss: sum(w * nll) / (global sum(w) + 1e-6) over the masked slots.
 
     Duplicate masked positions are separate slots and count twice, as in the official code.
@@ -83,6 +84,8 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.
         logits: float [batch_size, N, vocab_size]. Cast to float32.
         masked_lm_ids: int [batch_size, N]. Target (original) ids.
         masked_lm_weights: float [batch_size, N]. 1 for used slots, 0 for unused ones.
+        denominator: optional float32 scalar used instead of the global sum(w), e.g. the sum
+            over all micro-batches of an accumulated step (`weight_sum`); no all-reduce then.
 
     Returns:
         An `MLMLoss`.
@@ -94,8 +97,7 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.
     nll, predictions = _softmax_cross_entropy(flat, tf.reshape(tf.cast(masked_lm_ids, tf.int32), [-1]))
     nll = tf.reshape(nll, shape[:-1])
     predictions = tf.reshape(predictions, shape[:-1])
-    denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
-    loss = tf.reduce_sum(weights * nll) / denominator
+    loss = tf.reduce_sum(weights * nll) / _denominator(weights, denominator)
     return MLMLoss(loss=loss, per_position_nll=nll, predictions=predictions)
 
 
@@ -135,7 +137,8 @@ def _softmax_cross_entropy(logits, labels):
     return (nll, predictions), grad
 
 
-def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTDLoss:
+def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor,
+             denominator: Optional[tf.Tensor] = None) -> RTDLoss:
     """Discriminator loss: sum(sigmoid_ce * input_mask) / (global sum(input_mask) + 1e-6).
 
     [CLS], [SEP] and every real token count; padding does not.
@@ -144,6 +147,8 @@ def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTD
         logits: float [batch_size, seq_length]. Cast to float32.
         labels: int [batch_size, seq_length]. 1 = replaced (`FakeInputs.is_fake`).
         input_mask: int [batch_size, seq_length].
+        denominator: optional float32 scalar used instead of the global sum(input_mask), as
+            for `mlm_loss`.
 
     Returns:
         An `RTDLoss`.
@@ -154,9 +159,20 @@ def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor) -> RTD
         labels=tf.cast(labels, tf.float32), logits=logits)
     per_example_loss = tf.reduce_sum(losses, axis=-1) / (
         tf.reduce_sum(weights, axis=-1) + LOSS_DENOMINATOR_EPS)
-    denominator = global_sum(tf.stop_gradient(tf.reduce_sum(weights))) + LOSS_DENOMINATOR_EPS
-    loss = tf.reduce_sum(losses) / denominator
+    loss = tf.reduce_sum(losses) / _denominator(weights, denominator)
     probs = tf.sigmoid(logits)
     # Official: round((sign(logits) + 1) / 2); a logit of exactly 0 gives 0.5, rounded to even: 0.
     preds = tf.cast(logits > 0, tf.int32)
     return RTDLoss(loss=loss, per_example_loss=per_example_loss, probs=probs, preds=preds)
+
+
+def weight_sum(weights: tf.Tensor) -> tf.Tensor:
+    """The global (all-replica) sum of loss weights, without gradient: a loss denominator
+    before the +1e-6."""
+    return global_sum(tf.stop_gradient(tf.reduce_sum(tf.cast(weights, tf.float32))))
+
+
+def _denominator(weights: tf.Tensor, denominator: Optional[tf.Tensor]) -> tf.Tensor:
+    if denominator is None:
+        return weight_sum(weights) + LOSS_DENOMINATOR_EPS
+    return tf.cast(denominator, tf.float32) + LOSS_DENOMINATOR_EPS

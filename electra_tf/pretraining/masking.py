@@ -24,11 +24,12 @@ example's mask depends only on its own seed and ids, never on its batch neighbou
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
 from electra_tf.pretraining import seeds as seeds_lib
+from electra_tf.pretraining import whole_word
 from electra_tf.pretraining.tensor_ops import gather_positions, scatter_update
 from electra_tf.vocab import SpecialTokens
 
@@ -108,6 +109,8 @@ def mask_inputs(
     seeds: tf.Tensor,
     with_replacement: bool = True,
     mask_token_prob: float = MASK_TOKEN_PROB,
+    whole_word_masking: bool = False,
+    word_starts: Optional[tf.Tensor] = None,
 ) -> MaskedInputs:
     """Selects masked-LM positions and masks them (official `pretrain_helpers.mask`).
 
@@ -123,6 +126,11 @@ def mask_inputs(
             distinct positions.
         mask_token_prob: float. Probability that a selected slot becomes [MASK] (official 0.85);
             other values are for tests and experiments.
+        whole_word_masking: bool. Choose whole words (`whole_word.draw_whole_words`: distinct
+            positions, as close to the official count as word boundaries allow) instead of
+            single tokens; `with_replacement` is then unused.
+        word_starts: bool [batch_size, seq_length]. Word boundaries for `whole_word_masking`
+            (e.g. `whole_word.word_starts_from_ids`); required with it.
 
     Returns:
         A `MaskedInputs`.
@@ -136,9 +144,18 @@ def mask_inputs(
     if not with_replacement:
         count = tf.minimum(count, num_candidates)
     count = tf.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (see module doc)
+    if whole_word_masking:
+        if word_starts is None:
+            raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
+        # Keys as for distinct positions (one per token index), used as one per word index.
+        keys, keep_u = _example_draws(tf.shape(candidates)[1], n_slots, seeds, with_replacement=False)
+        positions, count = whole_word.draw_whole_words(
+            candidates, tf.cast(word_starts, tf.bool), count, n_slots, keys)
+    else:
+        positions, keep_u = _draw_positions(candidates, num_candidates, n_slots, seeds,
+                                            with_replacement)
     masked_lm_weights = tf.sequence_mask(count, n_slots, dtype=tf.float32)
     used = tf.cast(masked_lm_weights, tf.int32)
-    positions, keep_u = _draw_positions(candidates, num_candidates, n_slots, seeds, with_replacement)
 
     masked_lm_positions = positions * used
     masked_lm_ids = gather_positions(input_ids, masked_lm_positions) * used
@@ -174,7 +191,31 @@ def _draw_positions(candidates: tf.Tensor, num_candidates: tf.Tensor, n_slots: i
         keep_u: float32 [batch_size, N], uniform draws deciding [MASK] vs keep.
     """
     seq_length = tf.shape(candidates)[1]
+    position_draws, keep_u = _example_draws(seq_length, n_slots, seeds, with_replacement)
 
+    if with_replacement:
+        # Slot j takes the idx-th candidate (in sequence order), idx uniform in [0, num_candidates).
+        idx = tf.cast(position_draws * tf.cast(num_candidates[:, tf.newaxis], tf.float32), tf.int32)
+        idx = tf.minimum(idx, num_candidates[:, tf.newaxis] - 1)
+        candidate_rank = tf.cumsum(tf.cast(candidates, tf.int32), axis=-1)  # 1-based rank at candidates
+        positions = tf.searchsorted(candidate_rank, idx + 1, side="left", out_type=tf.int32)
+    else:
+        # Random keys on the candidates, lowest possible key elsewhere: the top-k are k distinct
+        # candidates in uniformly random order. Padding keeps k <= width even when N > seq_length.
+        keys = tf.where(candidates, position_draws, tf.int64.min)
+        keys = tf.pad(keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]], constant_values=tf.int64.min)
+        positions = tf.math.top_k(keys, k=n_slots, sorted=True).indices
+    return positions, keep_u
+
+
+def _example_draws(seq_length, n_slots: int, seeds: tf.Tensor, with_replacement: bool):
+    """Per-example uniform draws: position draws and each slot's [MASK]-or-keep draw.
+
+    Returns:
+        position_draws: float32 [batch_size, N] uniforms (with replacement) or int64
+            [batch_size, seq_length] full-range keys (without).
+        keep_u: float32 [batch_size, N].
+    """
     def draws(b, seed):
         position_seed, keep_seed = tf.unstack(
             tf.random.experimental.stateless_split(seed, 2, alg=seeds_lib.RNG_ALG))
@@ -192,20 +233,7 @@ def _draw_positions(candidates: tf.Tensor, num_candidates: tf.Tensor, n_slots: i
     position_draws, keep_u = seeds_lib.map_examples(
         draws, seeds,
         fn_output_signature=(tf.TensorSpec(None, position_dtype), tf.TensorSpec([n_slots], tf.float32)))
-
-    if with_replacement:
-        # Slot j takes the idx-th candidate (in sequence order), idx uniform in [0, num_candidates).
-        idx = tf.cast(position_draws * tf.cast(num_candidates[:, tf.newaxis], tf.float32), tf.int32)
-        idx = tf.minimum(idx, num_candidates[:, tf.newaxis] - 1)
-        candidate_rank = tf.cumsum(tf.cast(candidates, tf.int32), axis=-1)  # 1-based rank at candidates
-        positions = tf.searchsorted(candidate_rank, idx + 1, side="left", out_type=tf.int32)
-    else:
-        # Random keys on the candidates, lowest possible key elsewhere: the top-k are k distinct
-        # candidates in uniformly random order. Padding keeps k <= width even when N > seq_length.
-        keys = tf.where(candidates, position_draws, tf.int64.min)
-        keys = tf.pad(keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]], constant_values=tf.int64.min)
-        positions = tf.math.top_k(keys, k=n_slots, sorted=True).indices
-    return positions, keep_u
+    return position_draws, keep_u
 
 
 def unmask(masked: MaskedInputs) -> tf.Tensor:

@@ -18,7 +18,7 @@ samples of an example do not depend on how the global batch is split across repl
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import keras
 import keras_hub
@@ -28,8 +28,10 @@ from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
 from electra_tf.modeling.embeddings import ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
-from electra_tf.pretraining import losses, masking, metrics, sampling, seeds, tensor_ops
+from electra_tf.modeling.heads import GeneratorHead
+from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
+from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
+                                           ElectraMasking, masked_inputs, step_seed)
 from electra_tf.vocab import SpecialTokens
 
 # Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
@@ -38,6 +40,8 @@ DISCRIMINATOR_NAME = "electra"
 GENERATOR_NAME = "generator"
 GENERATOR_HEAD_NAME = "generator_predictions"
 DISCRIMINATOR_HEAD_NAME = "discriminator_predictions"
+# A batch holding this key is already masked (e.g. by `ElectraMasking` in tf.data).
+PREMASKED_KEY = "masked_lm_positions"
 
 
 class ElectraPretrainer(keras.Model):
@@ -63,6 +67,11 @@ class ElectraPretrainer(keras.Model):
         gen_weight: float. Weight of the MLM loss.
         disc_weight: float. Weight of the RTD loss.
         mask_with_replacement: bool. Draw masked positions with replacement (official).
+        whole_word_masking: bool. Mask whole words (`whole_word`); default False (official).
+        continuation_ids: list of int. The vocab's "##" pieces, defining the words for
+            `whole_word_masking` (`whole_word.continuation_ids(vocab.tokens)`).
+        seed: int. The run seed: step t of `fit()` masks and samples from (seed, t), evaluation
+            batch i from (seed, i + 2^40), a call without `seed` from (seed, 0).
         discriminator_encoder: optional Keras layer used instead of the official encoder: an
             electra-tf `ElectraEncoder`, a keras-hub backbone (e.g. `ElectraBackbone`,
             `BertBackbone`), or any layer mapping {input_ids, input_mask, segment_ids} to hidden
@@ -72,11 +81,25 @@ class ElectraPretrainer(keras.Model):
             is tied to its word-embedding table. Sharing embeddings between two custom encoders
             is up to the caller, and does not survive `get_config` (each is serialized alone).
 
+    Layers: `masking` (`ElectraMasking`), the generator and its `generator_head`, `fake_data`
+    (`ElectraFakeData`), the discriminator and `discriminator_output`
+    (`ElectraDiscriminatorOutput`, whose head is `discriminator_head`).
+
+    Training: `run_pretraining.py`'s loop (training/trainer.py), or Keras:
+    `model.compile(optimizer=...)` then `model.fit(dataset)` / `model.evaluate(dataset)` run the
+    same step (training/keras_fit.py) and report `loss` and the official metrics.
+
     Call args:
         inputs: dict of int32 [batch_size, seq_length] tensors `input_ids`, `input_mask`,
-            `segment_ids`.
-        seed: int tensor [2]. The step's seed; the same on every replica.
+            `segment_ids`; or a batch already masked by `ElectraMasking` (it holds
+            `masked_lm_positions`), which is then used as it is.
+        seed: int tensor [2] (the step's seed; the same on every replica), a scalar step
+            (folded with the `seed` argument) or None.
         training: bool. Enables dropout.
+        example_offset: optional global index of the first example (default: this replica's).
+        loss_denominators: optional dict {"masked_lm_loss", "disc_loss"} of float32 weight
+            sums to divide the losses by instead of this batch's (gradient accumulation: the
+            whole step's, `loss_weight_sums`).
 
     Returns:
         A dict: `total_loss`, `masked_lm_loss`, `disc_loss` (float32 scalars; 0 for disc_loss
@@ -92,7 +115,8 @@ class ElectraPretrainer(keras.Model):
                  untied_generator: bool = True, untied_generator_embeddings: bool = False,
                  disallow_correct: bool = False,
                  temperature: float = 1.0, gen_weight: float = 1.0, disc_weight: float = 50.0,
-                 mask_with_replacement: bool = True,
+                 mask_with_replacement: bool = True, whole_word_masking: bool = False,
+                 continuation_ids: Optional[Sequence[int]] = None, seed: int = 0,
                  discriminator_encoder: Optional[keras.layers.Layer] = None,
                  generator_encoder: Optional[keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)
@@ -117,11 +141,19 @@ class ElectraPretrainer(keras.Model):
         self.gen_weight = gen_weight
         self.disc_weight = disc_weight
         self.mask_with_replacement = mask_with_replacement
+        self.whole_word_masking = whole_word_masking
+        self.continuation_ids = None if continuation_ids is None else [int(i) for i in continuation_ids]
+        self.seed = seed
         self.discriminator_encoder = discriminator_encoder
         self.generator_encoder = generator_encoder if needs_generator else None
         self._special = SpecialTokens(**self.special_tokens)
+        self._fit_state = None  # compile(): Keras training state (training/keras_fit.py)
 
         # === Layers ===
+        self.masking = ElectraMasking(
+            self.special_tokens, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
+            mask_with_replacement=mask_with_replacement, whole_word_masking=whole_word_masking,
+            continuation_ids=self.continuation_ids, seed=seed, name="masking")
         self._build_encoders(needs_generator)
         self._build_heads()
 
@@ -154,17 +186,33 @@ class ElectraPretrainer(keras.Model):
             self.generator_head = GeneratorHead(
                 embedding_size=int(mlm_table.shape[1]), vocab_size=self.vocab_size,
                 hidden_act=hidden_act, initializer_range=initializer_range, name=GENERATOR_HEAD_NAME)
-        self.discriminator_head = None
+        self.fake_data = self.discriminator_output = self.discriminator_head = None
         if self.electra_objective:
-            self.discriminator_head = DiscriminatorHead(
+            self.fake_data = ElectraFakeData(temperature=self.temperature,
+                                             disallow_correct=self.disallow_correct,
+                                             seed=self.seed, name="fake_data")
+            self.discriminator_output = ElectraDiscriminatorOutput(
                 hidden_size=encoder_width(self.discriminator), hidden_act=hidden_act,
-                initializer_range=initializer_range, name=DISCRIMINATOR_HEAD_NAME)
+                initializer_range=initializer_range, name="discriminator_output")
+            # The head under its official name: exports, converters and checkpoints use it.
+            self.discriminator_head = self.discriminator_output.head
 
     # ------------------------------------------------------------------------------------------
     @classmethod
     def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
+                                vocab_tokens: Optional[Sequence[str]] = None,
                                 **kwargs) -> "ElectraPretrainer":
-        """Builds the model the official way from a resolved `PretrainingConfig`."""
+        """Builds the model the official way from a resolved `PretrainingConfig`.
+
+        Args:
+            config: PretrainingConfig.
+            special_tokens: SpecialTokens of the vocab.
+            vocab_tokens: the vocab's tokens; with `whole_word_masking` they define the words
+                (without them the model builds, but training calls fail).
+            **kwargs: more `ElectraPretrainer` arguments.
+        """
+        if config.whole_word_masking and vocab_tokens is not None:
+            kwargs.setdefault("continuation_ids", whole_word.continuation_ids(vocab_tokens))
         bert = get_bert_config(config)
         generator = None
         if config.electra_objective and config.untied_generator and not config.uniform_generator:
@@ -178,7 +226,8 @@ class ElectraPretrainer(keras.Model):
             untied_generator_embeddings=config.untied_generator_embeddings,
             disallow_correct=config.disallow_correct, temperature=config.temperature,
             gen_weight=config.gen_weight, disc_weight=config.disc_weight,
-            mask_with_replacement=config.mask_with_replacement, **kwargs)
+            mask_with_replacement=config.mask_with_replacement,
+            whole_word_masking=config.whole_word_masking, seed=config.seed, **kwargs)
 
     @property
     def mlm_encoder(self) -> ElectraEncoder:
@@ -198,33 +247,30 @@ class ElectraPretrainer(keras.Model):
         hidden = tensor_ops.gather_positions(hidden, masked.masked_lm_positions)
         return self.generator_head(hidden, word_embedding_table(encoder))
 
-    def call(self, inputs, seed=None, training=None):
-        input_ids = tf.cast(inputs["input_ids"], tf.int32)
-        input_mask = tf.cast(inputs["input_mask"], tf.int32)
-        segment_ids = tf.cast(inputs["segment_ids"], tf.int32)
-        if seed is None:
-            seed = tf.constant([0, 0], tf.int64)
-        batch_size = tf.shape(input_ids)[0]
-        offset = seeds.replica_example_offset(batch_size)
-
-        masked = masking.mask_inputs(
-            input_ids, input_mask, segment_ids, special=self._special, mask_prob=self.mask_prob,
-            max_predictions_per_seq=self.max_predictions_per_seq,
-            seeds=seeds.example_seeds(seed, offset, batch_size, salt=seeds.MASKING_SALT),
-            with_replacement=self.mask_with_replacement)
+    def call(self, inputs, seed=None, training=None, example_offset=None,
+             loss_denominators=None):
+        seed = step_seed(seed, self.seed)
+        if PREMASKED_KEY in inputs:
+            masked = masked_inputs({k: tf.cast(v, tf.float32 if k == "masked_lm_weights" else tf.int32)
+                                    for k, v in inputs.items() if k in masking.MaskedInputs._fields})
+        else:
+            masked = masked_inputs(self.masking(inputs, seed=seed, example_offset=example_offset))
+        denominators = loss_denominators or {}
         mlm_logits = self._mlm_logits(masked, training)
-        mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights)
+        mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights,
+                              denominator=denominators.get("masked_lm_loss"))
         total = self.gen_weight * mlm.loss
         fake = rtd = None
         disc_loss = tf.zeros([], tf.float32)
         if self.electra_objective:
-            fake = sampling.make_fake_inputs(
-                masked, mlm_logits,
-                seeds=seeds.example_seeds(seed, offset, batch_size, salt=seeds.SAMPLING_SALT),
-                temperature=self.temperature, disallow_correct=self.disallow_correct)
-            hidden = sequence_output(self.discriminator, fake.input_ids, input_mask, segment_ids,
-                                     training)
-            rtd = losses.rtd_loss(self.discriminator_head(hidden), fake.is_fake, input_mask)
+            faked = self.fake_data(masked._asdict(), mlm_logits, seed=seed,
+                                   example_offset=example_offset)
+            fake = sampling.FakeInputs(**{k: faked[k] for k in sampling.FakeInputs._fields})
+            hidden = sequence_output(self.discriminator, fake.input_ids, masked.input_mask,
+                                     masked.segment_ids, training)
+            disc = self.discriminator_output(hidden, fake.is_fake, masked.input_mask,
+                                             denominator=denominators.get("disc_loss"))
+            rtd = losses.RTDLoss(**{k: disc[k] for k in losses.RTDLoss._fields})
             disc_loss = rtd.loss
             total = total + self.disc_weight * disc_loss
         return {
@@ -233,6 +279,90 @@ class ElectraPretrainer(keras.Model):
             "disc_loss": disc_loss,
             "metric_inputs": metrics.metric_inputs(masked, mlm, fake, rtd),
         }
+
+    def mask(self, inputs, seed=None, example_offset=None) -> Dict[str, tf.Tensor]:
+        """The masked batch `call` would train on (`ElectraMasking`, with this model's seed)."""
+        return self.masking(inputs, seed=step_seed(seed, self.seed), example_offset=example_offset)
+
+    def loss_weight_sums(self, masked: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+        """Global (all-replica) loss weight sums of a masked batch: the `loss_denominators` that
+        make its slices' losses add up to the whole batch's (gradient accumulation)."""
+        return {"masked_lm_loss": losses.weight_sum(masked["masked_lm_weights"]),
+                "disc_loss": losses.weight_sum(masked["input_mask"])}
+
+    # === Keras training (training/keras_fit.py) ===
+    def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
+                disc_auc_include_padding: bool = False, **kwargs):
+        """Prepares `fit()` / `evaluate()` with the official objective, update and metrics.
+
+        Args:
+            optimizer: a Keras optimizer; the official one is `AdamWeightDecay` with
+                `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
+                under several replicas it must be `AdamWeightDecay` or `Lamb`. Gradients are
+                summed over replicas and clipped at global norm 1.0 before it (official).
+            gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
+                update of the whole batch (`training.accumulation`); its size must divide.
+            jit_compile: bool. XLA-compile the forward-backward pass (the `jit_compile` hparam;
+                Keras' own whole-step compilation is not used: it would change the random
+                draws).
+            disc_auc_include_padding: bool. The official disc_auc counting padding
+                (`PretrainingMetrics`).
+            **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
+                loss and metrics are the objective's own: `loss`, `metrics` and the like are
+                refused.
+
+        Raises:
+            ValueError: a loss or metrics given, or an optimizer that cannot be used here.
+        """
+        from electra_tf.training import keras_fit  # training/ builds on this module
+
+        given = sorted(k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
+                       if kwargs.get(k) is not None)
+        if given:
+            raise ValueError(f"ElectraPretrainer.compile: {', '.join(given)} not accepted; the "
+                             "objective defines the losses and the official metrics")
+        unknown = sorted(set(kwargs) - {"run_eagerly", "steps_per_execution", "auto_scale_loss",
+                                        "loss", "loss_weights", "metrics", "weighted_metrics"})
+        if unknown:
+            raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
+        self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps, jit_compile,
+                                                  disc_auc_include_padding)
+
+    def train_step(self, data):
+        from electra_tf.training import keras_fit
+
+        return keras_fit.fit_train_step(self._compiled_state(), data)
+
+    def test_step(self, data):
+        from electra_tf.training import keras_fit
+
+        return keras_fit.fit_test_step(self._compiled_state(), self, data)
+
+    @property
+    def metrics(self):
+        return [] if self._fit_state is None else self._fit_state.all_metrics
+
+    def reset_metrics(self):
+        if self._fit_state is not None:
+            from electra_tf.training import keras_fit
+
+            keras_fit.reset(self._fit_state)
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras (TF backend) builds a model created under a strategy by drawing a batch from
+        # fit()'s or evaluate()'s iterator, which then trains from the SECOND batch (and the
+        # data order is no longer run_pretraining.py's). compile() has built the model and the
+        # optimizer already, and the objective has no compiled loss or metrics to build.
+        if self._fit_state is not None and self.built and self.optimizer.built:
+            return
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def _compiled_state(self):
+        if self._fit_state is None:
+            raise RuntimeError("call compile(optimizer=...) before fit() or evaluate()")
+        return self._fit_state
 
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
         """Creates every variable by running one tiny eval-mode call (needed before restoring)."""
@@ -258,6 +388,9 @@ class ElectraPretrainer(keras.Model):
             "gen_weight": self.gen_weight,
             "disc_weight": self.disc_weight,
             "mask_with_replacement": self.mask_with_replacement,
+            "whole_word_masking": self.whole_word_masking,
+            "continuation_ids": self.continuation_ids,
+            "seed": self.seed,
             "discriminator_encoder": _serialize(self.discriminator_encoder),
             "generator_encoder": _serialize(self.generator_encoder),
         })

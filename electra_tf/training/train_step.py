@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import TrainingError
-from electra_tf.training import optimization
+from electra_tf.training import accumulation, optimization
 
 logger = logging.getLogger("electra_tf")
 
@@ -52,7 +52,8 @@ class StepContext:
         skip_nonfinite: bool. Skip non-finite steps (`max_skipped_nonfinite_steps` > 0) instead
             of applying them (the loop then stops at the first one).
         replica_slice: local batch -> this replica's rows.
-        forward_backward: (batch, seed) -> (outputs, gradients); maybe XLA-compiled.
+        forward_backward: (batch, seed) -> (outputs, gradients); maybe XLA-compiled, and over
+            `gradient_accumulation_steps` micro-batches (`accumulation`) when that is > 1.
         gradient_slots: which variables receive a gradient, recorded when the agreed skip is
             traced (`compute_replica`) for its second phase (`apply_replica`).
         stop: optional `preemption.StopRequest`, read before every step (SIGTERM).
@@ -81,14 +82,18 @@ class StepContext:
 
 def make_step_context(model, optimizer, schedule, metrics, strategy, config,
                       replica_slice: Callable, stop=None) -> StepContext:
-    """A StepContext for `config` (seed, skipping, `jit_compile` of the forward-backward pass)."""
+    """A StepContext for `config` (seed, skipping, `jit_compile` of the forward-backward pass,
+    `gradient_accumulation_steps`): a PretrainingConfig, or `keras_fit.FitSettings`."""
     ctx = StepContext(model, optimizer, schedule, metrics, strategy, config.seed,
                       config.max_skipped_nonfinite_steps > 0, replica_slice, stop=stop)
 
-    def compute(batch, seed):
-        return forward_backward(ctx, batch, seed)
+    def compute(batch, seed, **call_kwargs):
+        return forward_backward(ctx, batch, seed, **call_kwargs)
 
     ctx.forward_backward = tf.function(compute, jit_compile=True) if config.jit_compile else compute
+    if config.gradient_accumulation_steps > 1:
+        ctx.forward_backward = accumulation.accumulating(model, ctx.forward_backward,
+                                                         config.gradient_accumulation_steps)
     return ctx
 
 
@@ -138,10 +143,10 @@ def replica_forward(ctx: StepContext, local_batch):
     return batch, outputs, grads
 
 
-def forward_backward(ctx: StepContext, batch, seed):
+def forward_backward(ctx: StepContext, batch, seed, **call_kwargs):
     """(model outputs, gradients of the total loss, or of the scaled loss under loss scaling)."""
     with tf.GradientTape() as tape:
-        outputs = ctx.model(batch, seed=seed, training=True)
+        outputs = ctx.model(batch, seed=seed, training=True, **call_kwargs)
         loss = outputs["total_loss"]
         scaled = ctx.optimizer.scale_loss(loss) if ctx.loss_scaled else loss
     return outputs, tape.gradient(scaled, ctx.variables)
@@ -296,17 +301,21 @@ def check_history(history: Dict[str, np.ndarray], first_step: int, skipped: int,
 
 
 # --- Evaluation ------------------------------------------------------------------------------------
+def eval_step(model, metrics, seed: int, batch, index) -> tf.Tensor:
+    """One evaluation batch in a replica: updates `metrics`, returns this replica's
+    contribution to the batch's total loss."""
+    # Eval masks come from their own seed stream, keyed by the batch index: the same
+    # checkpoint always gives the same results.
+    step_seed = tf.stack([tf.constant(seed, tf.int64),
+                          tf.cast(index, tf.int64) + EVAL_SEED_OFFSET])
+    outputs = model(batch, seed=step_seed, training=False)
+    metrics.update_state(outputs["metric_inputs"])
+    return outputs["total_loss"]
+
+
 def make_eval_loop(model, metrics, strategy: tf.distribute.Strategy, seed: int):
     """A tf.function `(iterator, num_steps) -> mean total loss` that also updates `metrics`."""
-
-    def eval_fn(batch, index):
-        # Eval masks come from their own seed stream, keyed by the batch index: the same
-        # checkpoint always gives the same results.
-        step_seed = tf.stack([tf.constant(seed, tf.int64),
-                              tf.cast(index, tf.int64) + EVAL_SEED_OFFSET])
-        outputs = model(batch, seed=step_seed, training=False)
-        metrics.update_state(outputs["metric_inputs"])
-        return outputs["total_loss"]
+    eval_fn = functools.partial(eval_step, model, metrics, seed)
 
     @tf.function
     def eval_loop(iterator, num_steps):

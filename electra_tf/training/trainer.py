@@ -119,6 +119,10 @@ class Trainer:
             if getattr(config, key) % replicas:
                 raise TrainingError(f"{key}={getattr(config, key)} (the global batch) is not a "
                                     f"multiple of the {replicas} replicas in sync")
+        if config.train_batch_size % (replicas * config.gradient_accumulation_steps):
+            raise TrainingError(
+                f"train_batch_size={config.train_batch_size} is not a multiple of {replicas} "
+                f"replica(s) x gradient_accumulation_steps={config.gradient_accumulation_steps}")
         return vocab
 
     def _prepare_run_dir(self, overwrite: bool) -> None:
@@ -137,7 +141,8 @@ class Trainer:
         keras.mixed_precision.set_global_policy(config.mixed_precision)
         keras.utils.set_random_seed(config.seed)  # weight init and dropout
         with self.strategy.scope():
-            self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special)
+            self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
+                                                                   self.vocab.tokens)
             self.model.build_from_sequence_length()
             self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
             if config.mixed_precision == "mixed_float16":

@@ -1,0 +1,158 @@
+"""Whole-word masking: masked-LM positions chosen as whole words (`whole_word_masking` option).
+
+The official `mask()` picks single WordPieces, so a word split into "play ##ing" can be half
+masked and the generator predicts "##ing" from "play". With whole-word masking every piece of a
+chosen word is masked together. The rule, per example (k = the official count
+max(1, min(N, round_half_even(n * mask_prob))), N = max_predictions_per_seq):
+
+1. Words: a word starts at a candidate token that is a word start (for a WordPiece vocab, a token
+   whose string does not begin with "##") or that follows a non-candidate, and runs through the
+   candidate continuation pieces after it. Candidates are as official: real tokens other than
+   [CLS], [SEP] and [MASK].
+2. Budget: the words are visited in a uniformly random order (each example its own permutation,
+   from its seed) and a word is taken if all its pieces still fit in k (taken so far + its
+   length <= k); one that does not fit is skipped and the next one tried (the rule of BERT's
+   whole-word `create_pretraining_data.py`). So exactly k tokens are masked whenever the words
+   left over allow it, fewer only when every untaken word is longer than the remaining budget,
+   never more.
+3. If not even one word fits (every word is longer than k, e.g. k = 1 and no one-piece word),
+   the first word of the random order is taken alone if it fits in the N slots, so that an
+   example with candidates keeps at least one prediction (the official max(1, ...)); a word
+   longer than N is never split.
+4. Positions are distinct (words are drawn without replacement) and fill the first `count`
+   slots in sequence order; as in the default masking, each slot independently becomes [MASK]
+   with probability 0.85 and otherwise keeps its original token.
+
+Word boundaries come from the ids (`word_starts_from_ids`, with the vocab's continuation ids), or
+from the caller: `mask_inputs(..., word_starts=)` takes a bool [B, L] tensor, for languages whose
+words are not marked in the vocab (e.g. Chinese, where every character is its own token and a
+word segmenter knows the words).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, List, Sequence, Tuple
+
+import tensorflow as tf
+
+# WordPiece marks a piece that continues a word with this prefix ("play", "##ing").
+CONTINUATION_PREFIX = "##"
+
+
+def continuation_ids(tokens: Sequence[str]) -> List[int]:
+    """Ids of the vocab's word-continuation pieces (tokens "##x"), in increasing order.
+
+    Args:
+        tokens: the vocab's token strings in id order (`Vocab.tokens`).
+
+    Returns:
+        list of int.
+    """
+    return [i for i, token in enumerate(tokens)
+            if token.startswith(CONTINUATION_PREFIX) and len(token) > len(CONTINUATION_PREFIX)]
+
+
+def word_starts_from_ids(input_ids: tf.Tensor, continuation: Iterable[int]) -> tf.Tensor:
+    """True where a token is not a continuation piece.
+
+    Args:
+        input_ids: int [batch_size, seq_length].
+        continuation: the continuation ids (`continuation_ids`); ids outside the list (including
+            ids beyond its largest entry) are word starts.
+
+    Returns:
+        bool [batch_size, seq_length].
+    """
+    continuation = sorted(set(int(i) for i in continuation))
+    if not continuation:
+        return tf.ones_like(input_ids, tf.bool)
+    size = continuation[-1] + 1
+    table = tf.scatter_nd([[i] for i in continuation], tf.ones([len(continuation)], tf.bool), [size])
+    ids = tf.cast(input_ids, tf.int32)
+    in_table = (ids >= 0) & (ids < size)
+    is_continuation = tf.gather(table, tf.clip_by_value(ids, 0, size - 1)) & in_table
+    return ~is_continuation
+
+
+def draw_whole_words(candidates: tf.Tensor, word_starts: tf.Tensor, count: tf.Tensor,
+                     n_slots: int, keys: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Chooses whole words within the per-example budget (rule in the module docstring).
+
+    Args:
+        candidates: bool [batch_size, seq_length]. Tokens that may be masked.
+        word_starts: bool [batch_size, seq_length]. Word starts (any value off the candidates).
+        count: int32 [batch_size]. The budget k (0 for a row without candidates).
+        n_slots: int N.
+        keys: int64 [batch_size, seq_length]. Uniform random keys, one per example and word
+            index: word w (1-based, in sequence order) is visited in decreasing order of
+            keys[:, w - 1].
+
+    Returns:
+        positions: int32 [batch_size, N]. The chosen positions in sequence order in the first
+            `taken` slots (the values after them are arbitrary: callers zero them).
+        taken: int32 [batch_size]. The number of chosen tokens (<= N).
+    """
+    seq_length = tf.shape(candidates)[1]
+    previous_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]], constant_values=False)
+    unit_start = candidates & (word_starts | ~previous_candidate)
+    word = tf.cumsum(tf.cast(unit_start, tf.int32), axis=1) * tf.cast(candidates, tf.int32)
+    lengths = _word_lengths(word)  # [B, L]; lengths[:, w - 1] of word w, 0 past the last word
+
+    # Words in random order: the longest possible key for no word, so they sort last.
+    keys = tf.where(lengths > 0, keys, tf.int64.min)
+    order = tf.math.top_k(keys, k=seq_length, sorted=True).indices  # [B, L] word index - 1
+    ordered_lengths = tf.gather(lengths, order, batch_dims=1)
+    taken_in_order = _greedy_fill(ordered_lengths, count, n_slots)  # bool [B, L]
+
+    # Back from the visiting order to word index, then to positions.
+    taken_by_word = tf.scatter_nd(
+        tf.stack([tf.broadcast_to(tf.range(tf.shape(order)[0])[:, tf.newaxis], tf.shape(order)),
+                  order], axis=-1),
+        tf.cast(taken_in_order, tf.int32), tf.shape(order))
+    taken_by_word = tf.pad(taken_by_word, [[0, 0], [1, 0]])  # index 0: no word
+    chosen = tf.gather(taken_by_word, word, batch_dims=1) * tf.cast(candidates, tf.int32)
+    taken = tf.reduce_sum(chosen, axis=1)
+
+    # Chosen positions first, in sequence order; padding keeps k <= width when N > seq_length.
+    position_keys = tf.where(chosen > 0, seq_length - tf.range(seq_length)[tf.newaxis, :], -1)
+    position_keys = tf.pad(position_keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]],
+                           constant_values=-1)
+    positions = tf.math.top_k(position_keys, k=n_slots, sorted=True).indices
+    return positions, taken
+
+
+def _word_lengths(word: tf.Tensor) -> tf.Tensor:
+    """Pieces per word: int32 [B, L], entry w - 1 for word w (0 where there is no such word)."""
+    batch_size, seq_length = tf.shape(word)[0], tf.shape(word)[1]
+    width = seq_length + 1  # word 0 (non-candidates) is counted and dropped
+    segments = word + width * tf.range(batch_size)[:, tf.newaxis]
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(word), segments, batch_size * width)
+    return tf.reshape(counts, [batch_size, width])[:, 1:]
+
+
+def _greedy_fill(ordered_lengths: tf.Tensor, count: tf.Tensor, n_slots: int) -> tf.Tensor:
+    """Which words to take, visiting them in order: a word is taken if it fits the budget.
+
+    Args:
+        ordered_lengths: int32 [B, W]. Word lengths in visiting order (0 = no word).
+        count: int32 [B]. The budget k.
+        n_slots: int N. A lone word that overshoots k must still fit here.
+
+    Returns:
+        bool [B, W].
+    """
+    def visit(total, length):
+        fits = (length > 0) & (total + length <= count)
+        return total + tf.where(fits, length, 0)
+
+    # One pass over the visiting ranks, vectorised over the batch (the budget makes each
+    # decision depend on the previous ones).
+    totals = tf.transpose(tf.scan(visit, tf.transpose(ordered_lengths),
+                                  initializer=tf.zeros_like(count)))
+    previous = tf.pad(totals[:, :-1], [[0, 0], [1, 0]])
+    taken = totals > previous
+    # Nothing fitted: the first word alone, if the row has one and it fits in the slots.
+    first = ordered_lengths[:, 0]
+    fallback = (totals[:, -1] == 0) & (count > 0) & (first > 0) & (first <= n_slots)
+    first_rank = tf.equal(tf.range(tf.shape(ordered_lengths)[1]), 0)[tf.newaxis, :]
+    return taken | (fallback[:, tf.newaxis] & first_rank)
