@@ -32,7 +32,7 @@ import shutil
 from typing import NamedTuple, Optional
 
 from electra_tf import atomic
-from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.locking import LOCK_NAME, DirectoryLock, current_holder, describe, held_here
 from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
