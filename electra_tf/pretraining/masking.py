@@ -145,15 +145,33 @@ def mask_inputs(
         count = tf.minimum(count, num_candidates)
     count = tf.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (see module doc)
     if whole_word_masking:
-        if word_starts is None:
-            raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
-        # Keys as for distinct positions (one per token index), used as one per word index.
-        keys, keep_u = _example_draws(tf.shape(candidates)[1], n_slots, seeds, with_replacement=False)
-        positions, count = whole_word.draw_whole_words(
-            candidates, tf.cast(word_starts, tf.bool), count, n_slots, keys)
+        positions, keep_u, count = _draw_whole_words(candidates, word_starts, count, n_slots,
+                                                     seeds)
     else:
         positions, keep_u = _draw_positions(candidates, num_candidates, n_slots, seeds,
                                             with_replacement)
+    return _apply_masks(input_ids, input_mask, segment_ids, positions, keep_u, count, n_slots,
+                        special.mask_id, mask_token_prob)
+
+
+def _draw_whole_words(candidates: tf.Tensor, word_starts: Optional[tf.Tensor], count: tf.Tensor,
+                      n_slots: int, seeds: tf.Tensor):
+    """Whole-word positions (`whole_word.draw_whole_words`): (positions [B, N] int32,
+    keep_u [B, N] float32, count [B] int32 as word boundaries allow)."""
+    if word_starts is None:
+        raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
+    # Keys as for distinct positions (one per token index), used as one per word index.
+    keys, keep_u = _example_draws(tf.shape(candidates)[1], n_slots, seeds, with_replacement=False)
+    positions, count = whole_word.draw_whole_words(
+        candidates, tf.cast(word_starts, tf.bool), count, n_slots, keys)
+    return positions, keep_u, count
+
+
+def _apply_masks(input_ids: tf.Tensor, input_mask: tf.Tensor, segment_ids: tf.Tensor,
+                 positions: tf.Tensor, keep_u: tf.Tensor, count: tf.Tensor, n_slots: int,
+                 mask_id: int, mask_token_prob: float) -> MaskedInputs:
+    """The first `count` of `positions` [B, N] are the masked-LM slots; those whose `keep_u`
+    [B, N] draw is below `mask_token_prob` become [MASK], the others keep their token."""
     masked_lm_weights = tf.sequence_mask(count, n_slots, dtype=tf.float32)
     used = tf.cast(masked_lm_weights, tf.int32)
 
@@ -162,7 +180,7 @@ def mask_inputs(
     replace_with_mask = tf.cast(keep_u < mask_token_prob, tf.int32)
     masked_ids, _ = scatter_update(
         input_ids,
-        tf.fill(tf.shape(masked_lm_positions), tf.constant(special.mask_id, tf.int32)),
+        tf.fill(tf.shape(masked_lm_positions), tf.constant(mask_id, tf.int32)),
         masked_lm_positions * replace_with_mask,
     )
     return MaskedInputs(
