@@ -126,6 +126,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 or self.normalize_first or inputs.shape[-1] is None):
             return super().call(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
                                 training=training, return_attention_scores=return_attention_scores)
+        if fused.use_xla(training):
+            return self._xla_call(inputs, padding_mask, True)
         return self._fused_call(inputs, padding_mask, bool(training))
 
     def _fused_call(self, x, padding_mask, training):
@@ -164,13 +166,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         query, key, value = tf.unstack(qkv, 3)  # [B, heads, L, hs]
         query = query * tf.cast(attention._inverse_sqrt_key_dim, dtype)  # keras scales the query
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
-        masked_score = _MASKED_SCORE_FLOAT16 if dtype == "float16" else _MASKED_SCORE
-        out = attention._output_dense
-        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
-        if fused.use_xla(training):
-            return tf.reshape(self._xla_tail(scores, value, padding_mask, masked_score, rows,
-                                             out, inner, outer, training), shape)
         if padding_mask is not None:
+            masked_score = _MASKED_SCORE_FLOAT16 if dtype == "float16" else _MASKED_SCORE
             keep = tf.cast(padding_mask, tf.bool)[:, tf.newaxis, tf.newaxis, :]
             scores = scores + tf.where(keep, tf.constant(0.0, dtype),
                                        tf.constant(masked_score, dtype))
@@ -178,11 +175,13 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         probs = dropout(probs, attention._dropout_layer, training)
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
+        out = attention._output_dense
         attended = tf.nn.bias_add(tf.matmul(context, kernel(out, [heads * head_size, width])),
                                   bias(out))
         attended = dropout(attended, self._self_attention_dropout, training) + rows
         attended = layer_norm(attended, self._self_attention_layer_norm, dtype)
 
+        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
         hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
         if inner.activation is keras.activations.gelu and dtype in _CUSTOM_GELU_DTYPES:
             hidden = gelu(hidden)
@@ -193,48 +192,67 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         hidden = layer_norm(hidden, self._feedforward_layer_norm, dtype)
         return tf.reshape(hidden, shape)
 
-    def _xla_tail(self, scores, value, padding_mask, masked_score, rows, out, inner, outer,
-                  training):
-        """The block after QK^T with the elementwise work in XLA clusters (`fused.KERNELS`
-        = "xla"): the matmuls stay TensorFlow's (oneDNN), each stretch between two of them is
-        one compiled loop forward and one backward (see fused.py). Returns [B*L, H]."""
+    def _xla_call(self, x, padding_mask, training):
+        """The same block with the elementwise work between the matmuls in XLA clusters
+        (`fused.KERNELS` = "xla", training calls): the matmuls stay TensorFlow's (oneDNN on
+        CPU), and each stretch between two of them is one compiled loop forward and one backward
+        (see fused.py): QKV bias + head split + query scaling; mask + softmax + dropout;
+        bias + dropout + residual + LayerNorm (twice); bias + GELU.
+        """
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
-        width = rows.shape[-1]
+        width = x.shape[-1]
+        shape = tf.shape(x)
+        rows = tf.reshape(x, [-1, width])  # [B*L, H]
+
+        def kernel(layer, new_shape):
+            return tf.reshape(tf.cast(layer.kernel, dtype), new_shape)
+
+        def bias(layer):
+            return tf.reshape(tf.cast(layer.bias, tf.float32), [-1])
+
+        projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+        qkv_kernel = tf.concat([kernel(p, [width, heads * head_size]) for p in projections], 1)
+        qkv = tf.reshape(tf.matmul(rows, qkv_kernel), [shape[0], shape[1], -1])  # [B, L, 3H]
+        query, key, value = fused.split_heads(
+            qkv, tf.concat([bias(p) for p in projections], 0), heads,
+            float(attention._inverse_sqrt_key_dim))  # [B, heads, L, hs] each, query scaled
+        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
         if padding_mask is None:
             mask_bias = tf.zeros([1, 1, 1, 1], tf.float32)
         else:
             keep = tf.cast(padding_mask, tf.bool)[:, tf.newaxis, tf.newaxis, :]
-            mask_bias = tf.where(keep, 0.0, masked_score)  # [B, 1, 1, L] float32
+            mask_bias = tf.where(keep, 0.0, _MASKED_SCORE)  # [B, 1, 1, L] float32
         probs = fused.attention_probs(
             scores, mask_bias,
             fused.draw_noise(attention._dropout_layer, tf.shape(scores), dtype, training))
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
-        attended = self._matmul_norm(context, out, tf.reshape(tf.cast(out.kernel, dtype),
-                                                              [heads * head_size, width]),
+        out = attention._output_dense
+        attended = self._matmul_norm(context, kernel(out, [heads * head_size, width]), bias(out),
                                      rows, self._self_attention_dropout,
                                      self._self_attention_layer_norm, training)
+        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
         hidden = tf.matmul(attended, tf.cast(inner.kernel, dtype))
         if inner.activation is keras.activations.gelu:
-            hidden = fused.bias_gelu(hidden, tf.cast(inner.bias, tf.float32))
+            hidden = fused.bias_gelu(hidden, bias(inner))
         else:
             hidden = tf.nn.bias_add(hidden, tf.cast(inner.bias, dtype))
             if inner.activation is not None:
                 hidden = inner.activation(hidden)
-        return self._matmul_norm(hidden, outer, tf.cast(outer.kernel, dtype), attended,
-                                 self._feedforward_dropout, self._feedforward_layer_norm,
-                                 training)
+        hidden = self._matmul_norm(hidden, tf.cast(outer.kernel, dtype), bias(outer), attended,
+                                   self._feedforward_dropout, self._feedforward_layer_norm,
+                                   training)
+        return tf.reshape(hidden, shape)
 
     @staticmethod
-    def _matmul_norm(x, dense, kernel, residual, dropout_layer, norm, training):
-        """LayerNorm(dropout(x @ kernel + dense.bias) + residual), the elementwise part fused."""
+    def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
+        """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
         h = tf.matmul(x, kernel)
         return fused.bias_dropout_residual_norm(
-            h, tf.reshape(tf.cast(dense.bias, tf.float32), [-1]), residual,
-            tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32), norm.epsilon,
-            fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
+            h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
+            norm.epsilon, fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
 
     def get_config(self):
         config = super().get_config()

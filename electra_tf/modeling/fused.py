@@ -9,7 +9,8 @@ layer. This module computes them two ways, chosen by `KERNELS` when a model is t
   is the block's original fast path (issue 5).
 - "xla": each run of elementwise work between two matmuls is one `tf.function(jit_compile=True)`
   with a hand-written gradient that is itself one compiled function, so XLA fuses it into one
-  or two loops while the matmuls stay outside XLA (oneDNN on CPU; cuBLAS on GPU). Four clusters:
+  or two loops while the matmuls stay outside XLA (oneDNN on CPU; cuBLAS on GPU). Five clusters:
+    split_heads                   QKV bias, head split, query scale   grad: dqkv, db
     bias_gelu                     FFN: gelu(h + b)              grad: dh, db (one pass + column sum)
     attention_probs               dropout(softmax(s + mask))    grad: ds
     bias_dropout_residual_norm    LN(dropout(h + b) + r)        grad: dh, db, dr, dgamma, dbeta
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 from typing import NamedTuple, Optional
 
 import keras
@@ -53,9 +55,13 @@ import tensorflow as tf
 KERNEL_CHOICES = ("tf", "xla")
 DROPOUT_RNG_CHOICES = ("philox", "hash")
 
-# Read at trace time by the encoder, embeddings and heads (see the module docstring).
-KERNELS = "tf"
-DROPOUT_RNG = "philox"
+# Read at trace time by the encoder, embeddings and heads (see the module docstring). The
+# environment variables ELECTRA_TF_KERNELS and ELECTRA_TF_DROPOUT_RNG override the defaults for
+# a whole process (e.g. a run_pretraining.py job); `configure` changes them in code.
+DEFAULT_KERNELS = "tf"
+DEFAULT_DROPOUT_RNG = "philox"
+KERNELS = DEFAULT_KERNELS
+DROPOUT_RNG = DEFAULT_DROPOUT_RNG
 
 
 def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None) -> None:
@@ -78,6 +84,14 @@ def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None) 
             raise ValueError(f"dropout_rng must be one of {', '.join(DROPOUT_RNG_CHOICES)}, "
                              f"got {dropout_rng!r}")
         DROPOUT_RNG = dropout_rng
+
+
+try:
+    configure(os.environ.get("ELECTRA_TF_KERNELS") or None,
+              os.environ.get("ELECTRA_TF_DROPOUT_RNG") or None)
+except ValueError as error:
+    raise ValueError(f"environment variable ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG: "
+                     f"{error}") from None
 
 
 @contextlib.contextmanager
@@ -342,6 +356,48 @@ def _apply_dropout(x32, noise_tensor, rate, kind):
 
 def _column_sum(x):
     return tf.reduce_sum(tf.reshape(x, [-1, tf.shape(x)[-1]]), axis=0)
+
+
+# --- QKV bias + head split + query scaling ------------------------------------------------------
+@_compiled
+def _split_heads_forward(qkv, bias, *, heads, scale):
+    shape = tf.shape(qkv)  # [B, L, 3 * H]
+    x = tf.reshape(tf.cast(qkv, tf.float32) + bias, [shape[0], shape[1], 3, heads, -1])
+    query, key, value = tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]), 3)
+    return tuple(tf.cast(t, qkv.dtype) for t in (query * scale, key, value))
+
+
+@_compiled
+def _split_heads_backward(d_query, d_key, d_value, *, scale):
+    d = tf.stack([tf.cast(d_query, tf.float32) * scale, tf.cast(d_key, tf.float32),
+                  tf.cast(d_value, tf.float32)])  # [3, B, heads, L, hs]
+    shape = tf.shape(d)
+    d = tf.reshape(tf.transpose(d, [1, 3, 0, 2, 4]), [shape[1], shape[3], -1])  # [B, L, 3H]
+    return tf.cast(d, d_query.dtype), _column_sum(d)
+
+
+def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int, scale: float):
+    """(qkv + bias) split into scaled query, key and value heads, as one compiled loop.
+
+    Args:
+        qkv: [B, L, 3 * H] output of the fused QKV matmul, in the compute dtype.
+        bias: [3 * H] float32 (query, key, value biases).
+        heads: number of heads (H = heads * head_size).
+        scale: the query scaling, 1 / sqrt(head_size).
+
+    Returns:
+        query * scale, key, value: [B, heads, L, head_size] each, in qkv's dtype. Gradient: one
+        loop back to [B, L, 3H] plus the bias's column sum (no stack, transpose and BiasAddGrad
+        kernels).
+    """
+    @tf.custom_gradient
+    def run(qkv, bias):
+        def grad(d_query, d_key, d_value):
+            return _split_heads_backward(d_query, d_key, d_value, scale=scale)
+
+        return _split_heads_forward(qkv, bias, heads=heads, scale=scale), grad
+
+    return run(qkv, bias)
 
 
 # --- bias + GELU (FFN intermediate) -------------------------------------------------------------
