@@ -34,12 +34,15 @@ Dropout randomness, chosen by `DROPOUT_RNG`:
   2^32 (keras' bfloat16 draw resolves the rate to 1/128 only: 0.1 becomes 13/128).
 
 Both switches are read when a model is traced (`tf.function` / Keras call), so set them before
-building the training step (`configure`, or the `kernel_options` context manager). The clusters
-run in training calls only (`use_xla`): evaluation and exported models use the op-by-op kernels.
-GPU and TPU: the clusters are ordinary XLA functions (on TPU everything is XLA anyway; on GPU XLA compiles
-them for the device), and the hash is plain 32-bit integer arithmetic, so every combination runs
-there unchanged. tests/test_speed_equivalence.py checks every combination against the op-by-op
-path: losses, gradients and weights agree to float rounding.
+building the training step (`configure`, the `kernel_options` context manager, or the
+ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG environment variables for a whole process). The
+clusters run in training calls only (`use_xla`): evaluation and exported models use the op-by-op
+kernels, so serving a SavedModel never needs the XLA JIT.
+
+GPU and TPU: the clusters are ordinary XLA functions (on TPU everything is XLA anyway; on GPU XLA
+compiles them for the device), and the hash is plain 32-bit integer arithmetic, so every
+combination runs there unchanged. tests/test_speed_equivalence.py checks every combination
+against the op-by-op path: losses, gradients and weights agree to float rounding.
 """
 
 from __future__ import annotations
