@@ -61,8 +61,8 @@ DROPOUT_RNG_CHOICES = ("philox", "hash")
 # Read at trace time by the encoder, embeddings and heads (see the module docstring). The
 # environment variables ELECTRA_TF_KERNELS and ELECTRA_TF_DROPOUT_RNG override the defaults for
 # a whole process (e.g. a run_pretraining.py job); `configure` changes them in code.
-DEFAULT_KERNELS = "tf"
-DEFAULT_DROPOUT_RNG = "philox"
+DEFAULT_KERNELS = "xla"
+DEFAULT_DROPOUT_RNG = "hash"
 KERNELS = DEFAULT_KERNELS
 DROPOUT_RNG = DEFAULT_DROPOUT_RNG
 
