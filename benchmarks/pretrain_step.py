@@ -282,16 +282,21 @@ def worker_electra_tf(args):
         load_start = os.getloadavg()
         times = _interleaved_windows(run_windows, args.steps, args.warmup, args.windows)
         load_end = os.getloadavg()
+        profiles = {}
         if args.profile_dir:
             for name, run_window in run_windows.items():
-                tf.profiler.experimental.start(os.path.join(args.profile_dir,
-                                                            name.replace("/", "_")))
+                directory = os.path.join(args.profile_dir, f"{args.batch}_{args.dtype}_"
+                                         + name.replace("/", "_"))
+                tf.profiler.experimental.start(directory)
                 run_window(args.steps)
                 tf.profiler.experimental.stop()
+                profiles[name] = dict(profile_summary(directory), steps=args.steps,
+                                      load_average=os.getloadavg())
         import keras
         return {"build_seconds": build_seconds,
                 "variants": {name: {"first_call_seconds": first[name],
-                                    "window_seconds": times[name], "losses": losses[name]}
+                                    "window_seconds": times[name], "losses": losses[name],
+                                    **({"profile": profiles[name]} if name in profiles else {})}
                              for name in run_windows},
                 "load_average_windows": [load_start, load_end],
                 "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
@@ -548,9 +553,10 @@ PROFILE_GROUPS = (
     ("XLA clusters (elementwise, fused)", lambda t, n: t == "XLA cluster"),
     ("matmuls (oneDNN)", lambda t, n: "MatMul" in t or t in ("Einsum", "_MklEinsum")),
     ("dropout random numbers (Philox)", lambda t, n: t.startswith("StatelessRandom")
-     and "dropout" not in n and ("layer_" in n or "embeddings" in n)),
-    ("masking + Gumbel sampling (per-example Philox)", lambda t, n: "masking" in n
-     or "sampling" in n or t.startswith("StatelessRandom")),
+     and ("layer_" in n or "embeddings" in n)),
+    ("masking + Gumbel sampling (per-example Philox)", lambda t, n: "/map/" in n
+     or "masking" in n or "sampling" in n or t.startswith("StatelessRandom")),
+    ("gradient sums (AddN: residual branches, shared embeddings)", lambda t, n: t == "AddN"),
     ("GELU", lambda t, n: "gelu" in n.lower() or t in ("Erf", "Erfc")),
     ("softmax", lambda t, n: "Softmax" in t),
     ("bias adds / bias gradients", lambda t, n: t in ("BiasAdd", "BiasAddGrad", "_MklBiasAdd")),
@@ -790,7 +796,8 @@ def build_parser():
                              "4 x 1024 random full-length examples into a temp dir)")
     parser.add_argument("--profile-dir", default=None,
                         help="electra_tf only: after the timed windows, record one more window "
-                             "with the TensorFlow profiler into this directory")
+                             "per kernel variant with the TensorFlow profiler into this "
+                             "directory, and print where the op time goes (grouped)")
     parser.add_argument("--electra-tf-kernels", default=None,
                         help="comma-separated kernel variants KERNELS/DROPOUT_RNG of the electra_tf "
                              "block (electra_tf.modeling.fused: KERNELS tf|xla, DROPOUT_RNG "
@@ -867,6 +874,11 @@ def main(argv=None):
                                   f"{[round(t, 2) for t in row['window_seconds']]}", flush=True)
                 for impl in args.impl:
                     rows.extend(summarize(impl, batch, dtype, merge_rounds(runs[impl]), peak))
+        for row in rows:
+            if row.get("profile"):
+                print(f"\nprofile: {row_label(row)}, batch {row['batch_size']} {row['dtype']} "
+                      f"(load {row['profile']['load_average'][0]:.1f})")
+                print_profile(row["profile"], row["profile"]["steps"])
         print()
         print_table(rows, peak)
         compare = ratios(rows)

@@ -312,8 +312,8 @@ def test_hidden_and_attention_dropout_are_separate(hidden, attention, changes):
     assert (diff > 1e-3) == changes, diff
     for layer in encoder.encoder_layers:
         assert layer.attention_dropout == attention and layer.dropout == hidden
-    if not changes:
-        assert diff == 0.0
+    if not changes:  # training calls run fused kernels (modeling/fused.py): float rounding
+        assert diff < 1e-5
     # The attention sublayer alone is stochastic exactly when attention_probs_dropout_prob > 0.
     attention_layer = encoder.encoder_layers[0]._self_attention_layer
     x = tf.random.stateless_normal([2, 5, 12], seed=[0, 1])
@@ -330,7 +330,8 @@ def test_embedding_dropout_is_inverted_and_after_layer_norm():
     noisy = emb(ids, seg, training=True).numpy()
     dropped = noisy == 0
     assert abs(dropped.mean() - 0.25) < 0.03  # 8192 draws: SE 0.005
-    np.testing.assert_allclose(noisy[~dropped], clean[~dropped] / 0.75, rtol=1e-6)
+    # Training calls run the fused LayerNorm + dropout (modeling/fused.py): float rounding.
+    np.testing.assert_allclose(noisy[~dropped], clean[~dropped] / 0.75, rtol=1e-6, atol=1e-6)
 
 
 def test_seeded_construction_reproduces_weights_and_dropout():
