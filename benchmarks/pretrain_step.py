@@ -16,9 +16,17 @@ int((0.15 + 0.005) * 128)), at each batch size and precision:
                head at the masked positions only, Gumbel-max sampling, the whole embedding block
                shared as the official, loss MLM + 50 * RTD, AdamW with the official exclusions,
                global-norm clipping at 1), torch threads = cores, bf16 via `torch.autocast`.
+  torch_compile  the same with the generator's and discriminator's forward passes (and so their
+               backward passes) through `torch.compile` (TorchInductor: fused elementwise
+               kernels, oneDNN/MKL matmuls); compilation falls in the first call.
   keras_naive  a straightforward Keras 3 step built from two keras-hub `ElectraBackbone`s and a
                tied `MaskedLMHead` (own embeddings per backbone), one `tf.function` per step,
                keras AdamW: what a Keras user would write first.
+
+electra-tf's kernels (electra_tf.modeling.fused: op-by-op TensorFlow kernels or XLA-compiled
+elementwise clusters; keras' Philox dropout draws or counter-based hash bits) can be compared A/B
+in one process with --electra-tf-kernels tf/philox,xla/hash: one traced training loop per
+variant over the same model and input, windows alternating.
 
 Each implementation x batch x dtype runs in its own subprocess (so peak RSS does not mix):
 the first call (trace / graph build + 1 step) is timed separately, then `--warmup` windows, then
@@ -32,7 +40,7 @@ utilisation (MFU) is reported against it:
      attention: layers * 2 * seq * H per token for QK^T and AV; MLM head: Hg E + E V per masked
      slot; embedding lookups are not FLOPs) = ~288 GFLOP per 32 sequences.
 
-    python benchmarks/pretrain_step.py                                   # everything (~30 min)
+    python benchmarks/pretrain_step.py                                   # everything (~1 h)
     python benchmarks/pretrain_step.py --impl electra_tf,torch --batch 32 --dtype float32 \\
         --steps 3 --windows 2                                            # quick look
 

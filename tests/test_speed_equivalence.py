@@ -135,15 +135,21 @@ def test_fused_kernels_are_the_default():
     assert (fused.DEFAULT_KERNELS, fused.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
 
 
-@pytest.mark.parametrize("training", [False, True])
-def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
+def _padded_dropout_block():
+    """A small block with both dropout rates on, an input with padding: (layer, x, mask, the
+    layer's seed generator states to rewind to)."""
     keras.utils.set_random_seed(3)
     layer = encoder.TransformerLayer(64, 4, dropout=0.1, attention_dropout=0.2,
                                      activation=keras.activations.gelu, layer_norm_epsilon=1e-12)
     layer.build((None, None, 32))
     x = tf.random.stateless_normal([3, 9, 32], [1, 2])
     mask = tf.constant([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7])
-    state = [v.numpy() for v in layer.non_trainable_variables]
+    return layer, x, mask, [v.numpy() for v in layer.non_trainable_variables]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
+    layer, x, mask, state = _padded_dropout_block()
 
     def forward():
         with tf.GradientTape() as tape:
@@ -163,23 +169,29 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, monkeypatch):
-    # float16 cannot hold the -1e9 mask value: keras uses -3e4 there, and so must the fused block
-    # (0 * -inf would turn every kept score into NaN).
+@contextlib.contextmanager
+def _half_precision_block(policy):
+    """A small block with padding under a mixed-precision policy: (layer, x, padding mask)."""
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(4)
         layer = encoder.TransformerLayer(64, 4, activation=keras.activations.gelu,
                                          layer_norm_epsilon=1e-12)
         layer.build((None, None, 32))
-        x = tf.random.stateless_normal([2, 7, 32], [5, 6])
-        mask = tf.constant([[1] * 7, [1] * 3 + [0] * 4])
+        yield (layer, tf.random.stateless_normal([2, 7, 32], [5, 6]),
+               tf.constant([[1] * 7, [1] * 3 + [0] * 4]))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, monkeypatch):
+    # float16 cannot hold the -1e9 mask value: keras uses -3e4 there, and so must the fused block
+    # (0 * -inf would turn every kept score into NaN).
+    with _half_precision_block(policy) as (layer, x, mask):
         fast = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
         monkeypatch.setattr(encoder, "FUSED_BLOCK", False)
         slow = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
     assert np.all(np.isfinite(fast))
     np.testing.assert_allclose(fast, slow, atol=0.1)
 
@@ -222,13 +234,7 @@ def _layer_forward_backward(layer, x, mask, training):
 
 @pytest.mark.parametrize("rng", fused.DROPOUT_RNG_CHOICES)
 def test_xla_block_matches_op_by_op_block_with_padding(rng):
-    keras.utils.set_random_seed(3)
-    layer = encoder.TransformerLayer(64, 4, dropout=0.1, attention_dropout=0.2,
-                                     activation=keras.activations.gelu, layer_norm_epsilon=1e-12)
-    layer.build((None, None, 32))
-    x = tf.random.stateless_normal([3, 9, 32], [1, 2])
-    mask = tf.constant([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7])
-    state = [v.numpy() for v in layer.non_trainable_variables]
+    layer, x, mask, state = _padded_dropout_block()
     results = {}
     for kernels in fused.KERNEL_CHOICES:
         for v, s in zip(layer.non_trainable_variables, state):
@@ -265,21 +271,12 @@ def test_hash_dropout_is_another_stream_of_the_same_block():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_xla_block_half_precision_is_finite_and_tracks_op_by_op(policy):
-    keras.mixed_precision.set_global_policy(policy)
-    try:
-        keras.utils.set_random_seed(4)
-        layer = encoder.TransformerLayer(64, 4, activation=keras.activations.gelu,
-                                         layer_norm_epsilon=1e-12)
-        layer.build((None, None, 32))
-        x = tf.random.stateless_normal([2, 7, 32], [5, 6])
-        mask = tf.constant([[1] * 7, [1] * 3 + [0] * 4])
-        out = {}
+    out = {}
+    with _half_precision_block(policy) as (layer, x, mask):
         for kernels in fused.KERNEL_CHOICES:
             with fused.kernel_options(kernels):
                 y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
             out[kernels] = [y.numpy()] + [g.numpy() for g in grads]
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
     for a, b in zip(out["xla"], out["tf"]):
         assert np.all(np.isfinite(a))
         np.testing.assert_allclose(a, b, atol=0.1 * max(1.0, np.abs(b).max()))
