@@ -1,31 +1,33 @@
-"""Fine-tune a pretrained ELECTRA discriminator on classification tasks (official flags).
+"""Fine-tune a pretrained ELECTRA discriminator on the official tasks (official flags).
 
-Reads DATA_DIR/finetuning_data/<task>/ (GLUE files, or train/dev/test .tsv/.csv with header
-columns text, optional text_b, label), starts from DATA_DIR/models/MODEL_NAME (or the
-`init_checkpoint` hparam: a model directory, a checkpoint prefix or an exported SavedModel),
-and writes results to DATA_DIR/models/MODEL_NAME/results/<tasks>_results.{json,txt} and the
-fine-tuned SavedModels (raw-text signatures) to .../finetuning_models/<tasks>_model_<trial>.
+Tasks (docs/finetuning.md): GLUE classification (cola, sst, mrpc, qqp, mnli, qnli, rte) and
+generic TSV/CSV classification tasks; STS-B regression (sts); question answering: SQuAD 2.0
+(squad), SQuAD 1.1 (squadv1) and MRQA (newsqa, naturalqs, triviaqa, searchqa); chunking (chunk).
+Reads DATA_DIR/finetuning_data/<task>/, starts from DATA_DIR/models/MODEL_NAME (or the
+`init_checkpoint` hparam: a model directory, a checkpoint prefix or an exported SavedModel), and
+writes DATA_DIR/models/MODEL_NAME/results/<tasks>_results.{json,txt} (QA predictions in
+results/<tasks>_qa/) and the fine-tuned SavedModels (raw-text signatures) to
+.../finetuning_models/<tasks>_model_<trial>.
 
 Examples:
   python run_finetuning.py --data-dir pretrain_data --model-name electra_small \\
       --hparams '{"task_names": ["sst"]}'
+  python run_finetuning.py --model-name electra_small --hparams '{"task_names": ["squad"]}'
   python run_finetuning.py --model-name electra_small \\
-      --hparams '{"task_names": ["bbc_news"], "num_trials": 3, "layerwise_lr_decay_fix": true}'
-  python run_finetuning.py --hparams '{"task_names": ["rte"], "init_checkpoint": "DIR/export/discriminator"}'
+      --hparams '{"task_names": ["chunk"], "num_trials": 3, "layerwise_lr_decay_fix": true}'
+  python run_finetuning.py --hparams '{"task_names": ["sts"], "init_checkpoint": "DIR/export/discriminator"}'
 """
 
 import argparse
-import logging
 import os
 import sys
 import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from electra_tf.finetuning.config import HPARAM_NAMES  # noqa: E402  (stdlib only: --help stays fast)
-
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
+# Standard library only, so --help stays fast (the work imports TensorFlow).
+from electra_tf.cli import run_cli, setup_logging  # noqa: E402
+from electra_tf.finetuning.config import HPARAM_NAMES  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,31 +52,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("electra_tf").setLevel(level)
-    from electra_tf.config import ConfigError
-    from electra_tf.finetuning.config import FinetuningConfig
-    from electra_tf.finetuning.pretrained import PretrainedError
-    from electra_tf.finetuning.runner import FinetuningError, run
-    from electra_tf.finetuning.tasks import DataFileError
-    from electra_tf.vocab import VocabError
+    setup_logging(args.quiet)
 
-    try:
+    def work():
+        from electra_tf.finetuning.config import FinetuningConfig
+        from electra_tf.finetuning.runner import run
+
         config = FinetuningConfig.create(args.model_name, args.data_dir, args.hparams)
         results = run(config, overwrite=args.overwrite)
-    except (ConfigError, DataFileError, PretrainedError, FinetuningError, VocabError) as e:
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"run_finetuning.py: error: {message}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("run_finetuning.py: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    print(f"results: {config.results_json}")
-    for trial in results["trials"]:
-        if "export" in trial:
-            print(f"model (trial {trial['trial']}): {trial['export']}")
-    return 0
+        print(f"results: {config.results_json}")
+        for trial in results["trials"]:
+            if "export" in trial:
+                print(f"model (trial {trial['trial']}): {trial['export']}")
+
+    return run_cli("run_finetuning.py", work)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,15 @@ Examples:
 """
 
 import argparse
-import logging
 import os
 import sys
 import textwrap
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from electra_tf.config import HPARAM_NAMES  # noqa: E402  (stdlib only: --help stays fast)
+# Standard library only, so --help stays fast (run_pretraining_cli imports TensorFlow).
+from electra_tf.cli import run_pretraining_cli, setup_logging  # noqa: E402
+from electra_tf.config import HPARAM_NAMES  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,12 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("electra_tf").setLevel(logging.WARNING if args.quiet else logging.INFO)
-    from electra_tf.cli import run_pretraining_cli  # heavy imports after --help
-
-    return run_pretraining_cli(args)
+    setup_logging(args.quiet)
+    return run_pretraining_cli(args)  # imports TensorFlow (after --help)
 
 
 if __name__ == "__main__":

@@ -242,6 +242,7 @@ def worker_electra_tf(args):
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.modeling import fused
+    from electra_tf.training import train_step
     from electra_tf.training.trainer import Trainer
 
     model_dir = tempfile.mkdtemp(prefix="electra_tf_bench_model_")
@@ -283,7 +284,8 @@ def worker_electra_tf(args):
                 # The loop Trainer.train() runs (one compiled call per `iterations_per_loop`
                 # steps), called directly so that no checkpoint or summary write lands in a timed
                 # window; traced (with these kernel options) by its first call.
-                run_windows[name] = make_run_window(name, trainer._make_train_loop())
+                run_windows[name] = make_run_window(
+                    name, train_step.make_train_loop(trainer._step_context()))
                 start = time.perf_counter()
                 run_windows[name](1)
                 first[name] = time.perf_counter() - start

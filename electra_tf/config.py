@@ -21,7 +21,11 @@ import os
 import typing
 from typing import Any, Mapping, Optional, Union
 
+from electra_tf import atomic
+from electra_tf.errors import ElectraError
+
 MODEL_SIZES = ("small", "base", "large")
+MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
@@ -72,7 +76,7 @@ DEBUG_MODEL = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(ElectraError, ValueError):
     """An hparam is unknown, has the wrong type or an invalid value."""
 
 
@@ -210,10 +214,7 @@ class PretrainingConfig:
     train_batch_size: int = 128  # global batch
     eval_batch_size: int = 128  # global batch
 
-    # --- TPU (official names) ---
-    use_tpu: bool = False
-    num_tpu_cores: int = 1
-    tpu_job_name: Optional[str] = None
+    # --- TPU (official names; TPUStrategy when tpu_name or TPU_NAME is set) ---
     tpu_name: Optional[str] = None
     tpu_zone: Optional[str] = None
     gcp_project: Optional[str] = None
@@ -243,7 +244,7 @@ class PretrainingConfig:
         for key in ("model_name", "data_dir"):
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
-        _check_known(user)
+        user = _known(user)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
 
@@ -268,7 +269,7 @@ class PretrainingConfig:
         if config.vocab_file is None:
             derived["vocab_file"] = join(data_dir, "vocab.txt")
         if config.model_dir is None:
-            derived["model_dir"] = join(data_dir, "models", model_name)
+            derived["model_dir"] = join(data_dir, MODELS_DIR, model_name)
         config = dataclasses.replace(config, **derived)
         config.validate()
         return config
@@ -347,18 +348,14 @@ class PretrainingConfig:
 
     def save(self, path: str) -> None:
         """Writes the resolved config as JSON (atomically: temp file + rename)."""
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self.to_json() + "\n")
-        os.replace(tmp, path)
+        atomic.write_text(path, self.to_json() + "\n")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "PretrainingConfig":
         """Rebuilds a resolved config (e.g. a saved config.json) without re-applying presets."""
-        d = dict(d)
-        _check_known({k: v for k, v in d.items() if k not in ("model_name", "data_dir")})
-        config = cls(**{k: _coerce(k, v) if k not in ("model_name", "data_dir") else v
-                        for k, v in d.items()})
+        paths = {k: d[k] for k in ("model_name", "data_dir") if k in d}
+        hparams = _known({k: v for k, v in d.items() if k not in paths})
+        config = cls(**paths, **{k: _coerce(k, v) for k, v in hparams.items()})
         config.validate()
         return config
 
@@ -373,6 +370,10 @@ class PretrainingConfig:
 
 HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(PretrainingConfig)
                      if f.name not in ("model_name", "data_dir"))
+# Official hparams without an effect here (TPUEstimator settings; the strategy comes from
+# `strategy` / `tpu_name`): accepted, so official hparam files and config.json files written
+# before they were dropped still load, then discarded.
+IGNORED_OFFICIAL_HPARAMS = ("use_tpu", "num_tpu_cores", "tpu_job_name")
 
 
 def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
@@ -444,8 +445,10 @@ def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
     return value
 
 
-def _check_known(hparams: Mapping[str, Any]) -> None:
-    check_known_hparams(hparams, HPARAM_NAMES)
+def _known(hparams: Mapping[str, Any]) -> dict:
+    """`hparams` without the ignored official names; ConfigError for an unknown key."""
+    check_known_hparams(hparams, HPARAM_NAMES + IGNORED_OFFICIAL_HPARAMS)
+    return {k: v for k, v in hparams.items() if k not in IGNORED_OFFICIAL_HPARAMS}
 
 
 _TYPES = typing.get_type_hints(PretrainingConfig)

@@ -12,6 +12,8 @@ import hashlib
 import os
 from typing import NamedTuple
 
+from electra_tf.errors import ElectraError
+
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 CLS_TOKEN = "[CLS]"
@@ -22,7 +24,7 @@ MASK_TOKEN = "[MASK]"
 REQUIRED_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
 
 
-class VocabError(ValueError):
+class VocabError(ElectraError, ValueError):
     """A vocab file is missing, unreadable or lacks a required special token."""
 
 

@@ -6,7 +6,7 @@
 What it does (docs/experiments.md has the design and the results):
 
 1. Data: the default corpus (fetched if needed) is built into pretraining TFRecords in the work
-   dir; BBC News and Pang & Lee are fetched as fine-tuning tasks (electra_tf.data.labelled).
+   dir; BBC News and Pang & Lee are fetched as fine-tuning tasks (electra_tf.sources.labelled).
 2. Pretraining, the same discriminator size for every objective, the same global batch, and the
    same pretraining FLOPs (counted by `flops_per_sequence`):
    - `electra`: the official joint objective (generator 1/4 width, shared embeddings);
@@ -224,7 +224,10 @@ def finetune(work_dir: str, raw_dir: str, settings: Settings, label: str, task: 
     results_json = os.path.join(out, "results.json")
     if os.path.exists(results_json):
         with open(results_json) as f:
-            return json.load(f)
+            cached = json.load(f)
+        # The runner rewrites results.json after every trial: reuse only a finished run.
+        if len(cached.get("trials", [])) == seeds:
+            return cached
     task_settings = settings.finetune[task]
     hparams = {
         "task_names": [task], "raw_data_dir": raw_dir, "num_trials": seeds, "seed": 0,
@@ -313,11 +316,12 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
             rows = sorted((p for p in points if p["task"] == task and p["objective"] == objective),
                           key=lambda p: p["flops"])
             if rows:
-                ax.errorbar([r["flops"] / 1e12 for r in rows], [100 * r["mean"] for r in rows],
-                            yerr=[100 * r["std"] for r in rows], marker="o", capsize=3,
+                # Fine-tuning metrics are in percent (official units).
+                ax.errorbar([r["flops"] / 1e12 for r in rows], [r["mean"] for r in rows],
+                            yerr=[r["std"] for r in rows], marker="o", capsize=3,
                             label=objective, color=COLORS.get(objective))
         if task in floors:
-            ax.axhline(100 * floors[task]["mean"], color="grey", ls="--", label="random init")
+            ax.axhline(floors[task]["mean"], color="grey", ls="--", label="random init")
         ax.set_title(f"{task}: dev accuracy vs pretraining compute")
         ax.set_xlabel("pretraining TFLOPs")
         ax.set_ylabel("dev accuracy (%)")
@@ -333,8 +337,9 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
 # The experiment
 # ------------------------------------------------------------------------------------------------
 def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
-    from electra_tf.data import builder, labelled
-    from electra_tf.data.fetch import default_data_ready, fetch_default_data
+    from electra_tf.data import builder
+    from electra_tf.sources import labelled
+    from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
     default_dir = os.path.join(REPO_ROOT, "pretrain_data")
     if not default_data_ready(default_dir):
@@ -486,7 +491,7 @@ def summary_markdown(results: dict) -> str:
         for task, splits in tasks.items():
             def cell(split, metric):
                 stat = splits.get(split, {}).get(metric)
-                return f"{100 * stat['mean']:.1f} ± {100 * stat['std']:.1f}" if stat else "-"
+                return f"{stat['mean']:.1f} ± {stat['std']:.1f}" if stat else "-"
             lines.append(f"| {model} | {task} | {cell('dev', 'accuracy')} | {cell('test', 'accuracy')} | "
                          f"{cell('dev', 'macro_f1')} | {cell('test', 'macro_f1')} | {cell('dev', 'mcc')} | "
                          f"{cell('test', 'mcc')} |")
@@ -494,7 +499,7 @@ def summary_markdown(results: dict) -> str:
               "| objective | step | FLOPs | task | dev accuracy |", "|---|---|---|---|---|"]
     for p in results["curve_points"]:
         lines.append(f"| {p['objective']} | {p['step']} | {p['flops']:.3g} | {p['task']} | "
-                     f"{100 * p['mean']:.1f} ± {100 * p['std']:.1f} |")
+                     f"{p['mean']:.1f} ± {p['std']:.1f} |")
     return "\n".join(lines) + "\n"
 
 

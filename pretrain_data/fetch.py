@@ -15,7 +15,8 @@ import sys
 # Run from a checkout without installing the package: the repository root holds electra_tf/.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from electra_tf.data.fetch import FetchError, default_cache_dir, fetch_default_data  # noqa: E402
+from electra_tf.cli import run_cli  # noqa: E402
+from electra_tf.sources.fetch import default_cache_dir, fetch_default_data  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -38,15 +39,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
+
+    def work():
         result = fetch_default_data(args.data_dir, args.cache_dir, args.overwrite)
-    except FetchError as e:
-        print(f"fetch: error: {e}", file=sys.stderr)
-        return 1
-    for source in result.sources:
-        print(f"{source.name}: {source.status}, {source.n_files} files, {source.n_bytes:,} bytes")
-    print(f"vocab: {result.vocab_file}\ncorpus: {result.corpus_dir}")
-    return 0
+        for source in result.sources:
+            print(f"{source.name}: {source.status}, {source.n_files} files, {source.n_bytes:,} bytes")
+        print(f"vocab: {result.vocab_file}\ncorpus: {result.corpus_dir}")
+
+    return run_cli("fetch", work)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ if _cpus:
 
 from tests import pretraining_fixtures as fx  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = fx.REPO_ROOT
 
 
 @pytest.fixture

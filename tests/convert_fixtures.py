@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.pretraining_fixtures import REPO_ROOT
 REAL_VOCAB = os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt")
 
 # Real text (Jane Austen, Sense and Sensibility, public domain), two segments per example.
@@ -193,7 +193,7 @@ def ours_discriminator(model, input_ids, input_mask, segment_ids):
 
 def ours_generator_logits(model, input_ids, input_mask, segment_ids):
     """Generator MLM logits [B, L, V] at every position, eval mode."""
-    from electra_tf.modeling.pretrainer import word_embedding_table
+    from electra_tf.pretraining.pretrainer import word_embedding_table
 
     inputs = {"input_ids": tf.constant(input_ids), "input_mask": tf.constant(input_mask),
               "segment_ids": tf.constant(segment_ids)}
@@ -273,7 +273,7 @@ def make_model_dir(root: str, hparams: dict, vocab_path: str, seed: int = 0, ste
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.convert import names
-    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
     from electra_tf.training import optimization
 
     data_dir = os.path.join(root, "data")

@@ -1,6 +1,6 @@
 """Security hygiene: `--hparams` is JSON only, and nothing in the package unpickles, evals or
-execs. Converters refusing wrong shapes/dtypes are tested in tests/test_convert_*.py; atomic
-exports in tests/test_export.py."""
+execs. Converters refusing wrong shapes/dtypes are tested in tests/convert/test_convert_*.py; atomic
+exports in tests/training/test_export.py."""
 
 import ast
 import os

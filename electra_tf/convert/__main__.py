@@ -24,14 +24,14 @@ measured numerical parity.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from electra_tf.cli import run_cli, setup_logging  # noqa: E402  (standard library only)
+
 PROG = "python -m electra_tf.convert"
-EXIT_USER_ERROR = 2  # argparse's status for bad usage
 PARTS = ("discriminator", "generator")
 
 
@@ -139,20 +139,8 @@ def run(args: argparse.Namespace) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-    logging.getLogger("electra_tf").setLevel(level)
-    from electra_tf.config import ConfigError
-    from electra_tf.convert.names import ConversionError
-    from electra_tf.vocab import VocabError
-
-    try:
-        run(args)
-    except (ConversionError, ConfigError, VocabError) as e:
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    return 0
+    setup_logging(args.quiet)
+    return run_cli(f"{PROG} {args.command}", lambda: run(args))
 
 
 if __name__ == "__main__":

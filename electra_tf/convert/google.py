@@ -33,19 +33,20 @@ import json
 import logging
 import os
 import re
-import shutil
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.config import (MODEL_SIZES, ConfigError, PretrainingConfig, get_bert_config,
-                               get_generator_config, parse_hparams)
+from electra_tf import atomic
+from electra_tf.config import (MODEL_SIZES, MODELS_DIR, ConfigError, PretrainingConfig,
+                               get_bert_config, get_generator_config, parse_hparams)
 from electra_tf.convert import names
-from electra_tf.convert.model_dir import (CONFIG_NAME, INIT_CHECKPOINT_DIR, INIT_CHECKPOINT_PREFIX,
-                                          VOCAB_NAME, load_model_dir, prepare_output_dir)
+from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
+from electra_tf.errors import error_line
+from electra_tf.training import run_dir
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -109,7 +110,7 @@ def read_tf1_checkpoint(path: str) -> TF1Checkpoint:
     try:
         reader = tf.train.load_checkpoint(path)
     except (tf.errors.OpError, ValueError) as e:
-        raise ConversionError(f"--checkpoint {path}: cannot read it ({str(e).splitlines()[0]})") from None
+        raise ConversionError(f"--checkpoint {path}: cannot read it ({error_line(e, limit=None)})") from None
     shape_map = reader.get_variable_to_shape_map()
     dtype_map = reader.get_variable_to_dtype_map()
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in shape_map:
@@ -197,7 +198,7 @@ def _model_location(output_dir: str):
     output_dir = os.path.abspath(output_dir)
     name = os.path.basename(output_dir)
     parent = os.path.dirname(output_dir)
-    if os.path.basename(parent) == "models":
+    if os.path.basename(parent) == MODELS_DIR:
         return name, os.path.dirname(parent), None
     return name, parent, output_dir
 
@@ -335,7 +336,7 @@ def import_google_checkpoint(checkpoint: str, vocab_file: str, output_dir: str,
             vocab/checkpoint disagreement, unsafe output directory.
         ConfigError, VocabError: bad hparams or vocab file.
     """
-    from electra_tf.modeling.pretrainer import ElectraPretrainer
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
 
     source = read_tf1_checkpoint(checkpoint)
     sizes = infer_sizes(source.shapes)
@@ -372,18 +373,19 @@ def import_google_checkpoint(checkpoint: str, vocab_file: str, output_dir: str,
     logger.info("imported %d weights of %s (step %d; skipped %d optimizer slots and global_step)",
                 len(weights), source.path, source.global_step, source.num_skipped)
 
-    path = _write_model_dir(output_dir, config, vocab_file, model, source.global_step, overwrite)
+    path = run_dir.write_imported(output_dir, config, vocab_file, model, source.global_step, overwrite)
     _log_next_steps(output_dir, resolved, source.global_step, config)
     return ImportResult(config, resolved, path, source.global_step, match.present, match.absent, model)
 
 
 def _check_output_dir(output_dir: str, overwrite: bool) -> None:
-    if os.path.isdir(output_dir) and tf.train.latest_checkpoint(output_dir):
+    if os.path.isdir(output_dir) and run_dir.checkpoint_candidates(output_dir):
         raise ConversionError(
             f"--output-dir {output_dir} holds a training run's checkpoints; run_pretraining.py would "
             "resume from them and ignore the import: choose a new --output-dir")
     # Checked now, created only once the checkpoint has been matched (no empty dir on errors).
-    prepare_output_dir(output_dir, (CONFIG_NAME, VOCAB_NAME, INIT_CHECKPOINT_DIR), overwrite, create=False)
+    prepare_output_dir(output_dir, (run_dir.CONFIG_NAME, run_dir.VOCAB_NAME, run_dir.INIT_CHECKPOINT_DIR),
+                       overwrite, create=False)
 
 
 def _log_fresh_parts(absent, config: PretrainingConfig) -> None:
@@ -398,32 +400,6 @@ def _log_fresh_parts(absent, config: PretrainingConfig) -> None:
     logger.warning("the checkpoint has no %s variables: %s initialised fresh%s with seed %d",
                    " / ".join(f"{p}/*" for p in absent), "they are" if len(absent) > 1 else "it is",
                    detail, config.seed)
-
-
-def _write_model_dir(output_dir: str, config: PretrainingConfig, vocab_file: str, model,
-                     global_step: int, overwrite: bool) -> str:
-    os.makedirs(output_dir, exist_ok=True)
-    init_dir = os.path.join(output_dir, INIT_CHECKPOINT_DIR)
-    tmp_dir = init_dir + ".tmp"
-    shutil.rmtree(tmp_dir, ignore_errors=True)  # a crashed earlier attempt (our own temp dir)
-    step = tf.Variable(global_step, dtype=tf.int64, trainable=False)
-    checkpoint = tf.train.Checkpoint(model=model, step=step)
-    manager = tf.train.CheckpointManager(checkpoint, tmp_dir, max_to_keep=1,
-                                         checkpoint_name=INIT_CHECKPOINT_PREFIX)
-    manager.save(checkpoint_number=0)
-    if os.path.exists(init_dir):
-        if not overwrite:  # checked before; a concurrent writer appeared
-            raise ConversionError(f"{init_dir} appeared while converting; not replacing it")
-        shutil.rmtree(init_dir)
-    os.replace(tmp_dir, init_dir)
-    config.save(os.path.join(output_dir, CONFIG_NAME))
-    vocab_out = os.path.join(output_dir, VOCAB_NAME)
-    if os.path.abspath(vocab_file) != os.path.abspath(vocab_out):
-        shutil.copyfile(vocab_file, vocab_out + ".tmp")
-        os.replace(vocab_out + ".tmp", vocab_out)
-    path = tf.train.latest_checkpoint(init_dir)
-    logger.info("wrote %s, %s and %s", os.path.join(output_dir, CONFIG_NAME), vocab_out, path)
-    return path
 
 
 def continue_hparams(hparams: Mapping[str, Any], global_step: int,
@@ -486,17 +462,15 @@ def export_google_checkpoint(model_dir: str, output_dir: str, checkpoint: Option
     Returns:
         The checkpoint prefix written.
     """
-    prepare_output_dir(output_dir, (CHECKPOINT_STATE_NAME, VOCAB_NAME), overwrite, create=False)
+    prepare_output_dir(output_dir, (CHECKPOINT_STATE_NAME, run_dir.VOCAB_NAME), overwrite, create=False)
     loaded = load_model_dir(model_dir, checkpoint)
     weights = names.get_official_weights(loaded.model)
     base = f"{GOOGLE_CHECKPOINT_PREFIX}-{loaded.step}"
-    prepare_output_dir(output_dir, (CHECKPOINT_STATE_NAME, base + ".index", VOCAB_NAME), overwrite)
+    prepare_output_dir(output_dir, (CHECKPOINT_STATE_NAME, base + ".index", run_dir.VOCAB_NAME), overwrite)
     prefix = write_tf1_checkpoint(os.path.join(output_dir, base), weights, global_step=loaded.step)
-    state = os.path.join(output_dir, CHECKPOINT_STATE_NAME)
-    with open(state + ".tmp", "w", encoding="utf-8") as f:
-        f.write(f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
-    os.replace(state + ".tmp", state)
-    shutil.copyfile(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+    atomic.write_text(os.path.join(output_dir, CHECKPOINT_STATE_NAME),
+                      f'model_checkpoint_path: "{base}"\nall_model_checkpoint_paths: "{base}"\n')
+    atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, run_dir.VOCAB_NAME))
     logger.info("wrote %s (%d weights under the official names, global_step %d)", prefix,
                 len(weights), loaded.step)
     return prefix

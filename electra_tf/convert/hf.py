@@ -26,18 +26,18 @@ stripping as the training data was built) and `special_tokens_map.json`, so
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 from typing import Dict, Mapping, Optional
 
 import numpy as np
 
+from electra_tf import atomic
 from electra_tf.config import ModelConfig
 from electra_tf.convert import names
-from electra_tf.convert.model_dir import VOCAB_NAME, load_model_dir, prepare_output_dir
+from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
+from electra_tf.training import run_dir
 from electra_tf.vocab import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
 
 logger = logging.getLogger("electra_tf")
@@ -46,6 +46,7 @@ PARTS = ("discriminator", "generator")
 HF_ARCHITECTURES = {"discriminator": "ElectraForPreTraining", "generator": "ElectraForMaskedLM"}
 WEIGHTS_NAME = "model.safetensors"  # transformers' file names
 CONFIG_NAME = "config.json"
+VOCAB_NAME = "vocab.txt"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
 OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME)
@@ -53,8 +54,6 @@ OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, TOKENIZER_CONFIG_NAME, SPECIAL
 SAFETENSORS_METADATA = {"format": "pt"}
 # Official LayerNorm epsilon (spec 7), written explicitly into the HF config.
 LAYER_NORM_EPS = 1e-12
-# Copy of the dataset manifest the trainer keeps in the model dir: how the data was tokenised.
-DATASET_MANIFEST_COPY = "dataset_manifest.json"
 # Our activation names are the official BertConfig ones, which transformers' ACT2FN also uses
 # ("gelu" = exact erf GELU in both).
 HF_ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "tanh": "tanh", "linear": "linear"}
@@ -166,17 +165,6 @@ def hf_config(model_config: ModelConfig, part: str, pad_token_id: int) -> dict:
     }
 
 
-def tokenization_settings(model_dir: str, default_lower_case: bool):
-    """(do_lower_case, strip_accents) of the training data: the dataset manifest the trainer copies
-    into the model dir, else the config's do_lower_case with BERT's default accent stripping."""
-    try:
-        with open(os.path.join(model_dir, DATASET_MANIFEST_COPY), encoding="utf-8") as f:
-            manifest = json.load(f)
-        return bool(manifest["do_lower_case"]), bool(manifest.get("strip_accents", True))
-    except (OSError, ValueError, KeyError, TypeError):
-        return default_lower_case, True
-
-
 def tokenizer_files(do_lower_case: bool, strip_accents: bool, model_max_length: int) -> Dict[str, dict]:
     """tokenizer_config.json and special_tokens_map.json for transformers' ElectraTokenizer(Fast).
 
@@ -190,13 +178,6 @@ def tokenizer_files(do_lower_case: bool, strip_accents: bool, model_max_length: 
                   tokenize_chinese_chars=True, model_max_length=model_max_length,
                   clean_up_tokenization_spaces=True)
     return {TOKENIZER_CONFIG_NAME: config, SPECIAL_TOKENS_MAP_NAME: special}
-
-
-def _write_json(path: str, value: dict) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
@@ -228,14 +209,14 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
         model_config = ModelConfig(**(model.generator_config or model.discriminator_config))
     config = hf_config(model_config, part, loaded.vocab.special.pad_id)
     os.makedirs(output_dir, exist_ok=True)
-    tmp = os.path.join(output_dir, WEIGHTS_NAME + ".tmp")
-    save_file(state, tmp, metadata=SAFETENSORS_METADATA)
-    os.replace(tmp, os.path.join(output_dir, WEIGHTS_NAME))
-    _write_json(os.path.join(output_dir, CONFIG_NAME), config)
-    lower, strip = tokenization_settings(model_dir, loaded.config.do_lower_case)
-    for name, value in tokenizer_files(lower, strip, model_config.max_position_embeddings).items():
-        _write_json(os.path.join(output_dir, name), value)
-    shutil.copyfile(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+    with atomic.atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
+        save_file(state, tmp, metadata=SAFETENSORS_METADATA)
+    atomic.write_json(os.path.join(output_dir, CONFIG_NAME), config, sort_keys=True)
+    settings = run_dir.tokenization_settings(loaded.config, model_dir)
+    for name, value in tokenizer_files(settings.do_lower_case, settings.strip_accents,
+                                       model_config.max_position_embeddings).items():
+        atomic.write_json(os.path.join(output_dir, name), value, sort_keys=True)
+    atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
     logger.info("wrote the %s (%s, %d tensors, step %d) to %s", part, HF_ARCHITECTURES[part],
                 len(state), loaded.step, output_dir)
     return output_dir

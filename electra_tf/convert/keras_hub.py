@@ -36,9 +36,10 @@ import numpy as np
 
 from electra_tf.config import ModelConfig
 from electra_tf.convert import names
-from electra_tf.convert.hf import encoder_scopes, tokenization_settings
+from electra_tf.convert.hf import encoder_scopes
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
+from electra_tf.training import run_dir
 
 logger = logging.getLogger("electra_tf")
 
@@ -151,7 +152,7 @@ def export_keras_hub(model_dir: str, output_dir: str, part: str = "discriminator
     backbone = build_backbone(model_config, names.get_official_weights(model), part, loaded.config.seed)
     os.makedirs(output_dir, exist_ok=True)
     backbone.save_to_preset(output_dir)
-    lower, _ = tokenization_settings(model_dir, loaded.config.do_lower_case)
+    lower = run_dir.tokenization_settings(loaded.config, model_dir).do_lower_case
     # keras-hub's WordPiece lowercases and strips accents together (BERT's behaviour by default).
     tokenizer = keras_hub.tokenizers.ElectraTokenizer(vocabulary=loaded.vocab.path, lowercase=lower)
     tokenizer.save_to_preset(output_dir)

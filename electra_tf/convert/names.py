@@ -42,6 +42,8 @@ from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from electra_tf.errors import ElectraError
+
 # Official scopes (run_pretraining.py / modeling.py), the first segment of every variable name.
 DISCRIMINATOR_SCOPE = "electra"
 GENERATOR_SCOPE = "generator"
@@ -57,7 +59,7 @@ OPTIMIZER_SLOT_SUFFIXES = ("/adam_m", "/adam_v")
 LOSSLESS_FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 
-class ConversionError(ValueError):
+class ConversionError(ElectraError, ValueError):
     """A checkpoint cannot be converted (shape, dtype or name mismatch, missing file...)."""
 
 

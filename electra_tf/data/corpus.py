@@ -16,6 +16,12 @@ Robustness (none of this exists in the official builder):
   bytes, CRLF line ends and a leading byte-order mark (dropped) are counted too.
 * Hidden entries (names starting with ".") are skipped; files are listed recursively in sorted
   order of their relative POSIX paths.
+* What reading met is counted in `ReadStats`; problems that name a place (invalid UTF-8, a
+  damaged stream, a skipped JSON line or archive member) are also recorded per (file, kind) with
+  the first place they occurred, for the manifest.
+
+The input formats built on this (compressed streams, OpenWebText archives, JSON Lines) are in
+`formats`.
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ import codecs
 import dataclasses
 import os
 import stat
-from typing import Iterator, List, NamedTuple, Optional
+from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
+_READ_PIECE_BYTES = 1 << 16  # a chunk is read in pieces of this size (see `_read_chunks`)
 _SPLIT_AT_SPACE_WINDOW = 4096  # look this far back from the cut for a space to split at
 _BOM = codecs.BOM_UTF8
 _ERROR_HANDLER = "electra_tf.count_replace"
@@ -57,10 +64,56 @@ class ReadStats:
     crlf_line_ends: int = 0
     bom_files: int = 0  # files that started with a UTF-8 byte-order mark (dropped)
     lines_split: int = 0  # lines longer than MAX_LINE_BYTES (each cut into pieces)
+    skipped_documents: int = 0  # JSON lines or archive members that could not be used
+    damaged_files: int = 0  # files whose compressed stream or archive broke off (rest unread)
+    # "file\0kind" -> {"file", "problem", "count", "first", "detail"} (see `note`).
+    problems: Dict[str, dict] = dataclasses.field(default_factory=dict)
 
     def add(self, other: "ReadStats") -> None:
         for field in dataclasses.fields(self):
-            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+            if field.name != "problems":
+                setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+        for key, entry in other.problems.items():
+            if key in self.problems:
+                self.problems[key]["count"] += entry["count"]
+            else:
+                self.problems[key] = dict(entry)
+
+    def note(self, file: str, kind: str, where: str, detail: str = "", count: int = 1) -> None:
+        """Records `count` occurrences of a problem of `kind` in `file`; the first keeps its place.
+
+        Args:
+            file: the file's path relative to the corpus dir.
+            kind: one of the `PROBLEM_*` names.
+            where: the place of the first occurrence ("line 12", "member a/b.txt", ...).
+            detail: what was wrong there, one line.
+            count: occurrences (bytes for invalid UTF-8).
+        """
+        key = f"{file}\0{kind}"
+        if key in self.problems:
+            self.problems[key]["count"] += count
+        else:
+            self.problems[key] = {"file": file, "problem": kind, "count": count, "first": where,
+                                  "detail": detail}
+
+
+# Problem kinds recorded by `ReadStats.note` (and listed in the manifest).
+PROBLEM_INVALID_UTF8 = "invalid_utf8"  # count = bytes replaced by U+FFFD
+PROBLEM_DAMAGED_STREAM = "damaged_stream"  # truncated / corrupt compressed stream or archive
+PROBLEM_BAD_MEMBER = "bad_archive_member"  # unreadable archive data skipped between members
+PROBLEM_INVALID_JSON = "invalid_json"
+PROBLEM_MISSING_FIELD = "missing_text_field"  # no string under the configured text field
+PROBLEM_LONG_LINE = "line_too_long"  # a JSON line over the size limit, skipped
+
+
+def format_problem(entry: dict) -> str:
+    """One line naming the file, the place and the problem (for logs and errors)."""
+    what = f"{entry['problem']} at {entry['first']}"
+    if entry.get("detail"):
+        what += f" ({entry['detail']})"
+    if entry["count"] > 1:
+        what += f", {entry['count']} in this file"
+    return f"{entry['file']}: {what}"
 
 
 # Replacement decoding that also counts the bytes it replaced. Registered once per process; the
@@ -81,13 +134,18 @@ except LookupError:
 
 def decode_utf8(data: bytes, stats: ReadStats) -> str:
     """Decodes UTF-8, replacing invalid bytes with U+FFFD and counting them in `stats`."""
+    return decode_utf8_located(data, stats)[0]
+
+
+def decode_utf8_located(data: bytes, stats: ReadStats) -> Tuple[str, int]:
+    """`decode_utf8`, also returning the byte offset of the first invalid byte (-1 if none)."""
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
+        return data.decode("utf-8"), -1
+    except UnicodeDecodeError as e:
         before = _replaced[0]
         text = data.decode("utf-8", _ERROR_HANDLER)
         stats.undecodable_bytes += _replaced[0] - before
-        return text
+        return text, e.start
 
 
 def list_corpus_files(corpus_dir: str) -> List[CorpusFile]:
@@ -157,72 +215,140 @@ def _split_long(raw_lines: List[bytes], limit: int, stats: ReadStats,
     return out
 
 
-def iter_line_batches(path: str, stats: ReadStats, chunk_bytes: Optional[int] = None,
-                      max_line_bytes: Optional[int] = None) -> Iterator[List[str]]:
+def iter_line_batches(source: Union[str, BinaryIO], stats: ReadStats,
+                      chunk_bytes: Optional[int] = None, max_line_bytes: Optional[int] = None,
+                      name: Optional[str] = None, place: str = "") -> Iterator[List[str]]:
     """Streams a file as batches of stripped lines ("" marks a blank line).
 
     Memory is bounded by about `chunk_bytes + max_line_bytes` of input at a time. A piece of a
     split line that is only whitespace reads as a blank line.
 
     Args:
-        path: str. The file.
-        stats: ReadStats. Updated in place as the file is read.
+        source: str (a file path) or a binary stream (e.g. a decompressing reader; not closed).
+        stats: ReadStats. Updated in place as the file is read; invalid UTF-8 is also recorded
+            with `stats.note` under `name`, with the line of its first occurrence.
         chunk_bytes: int. Binary read size (default `READ_CHUNK_BYTES`).
         max_line_bytes: int. Longer lines are split into pieces (default `MAX_LINE_BYTES`).
+        name: str. The file's name in problem records (default: the path).
+        place: str. Prefix of the line in problem records (e.g. "member a.txt, ").
 
     Yields:
         list[str]: the stripped lines of one chunk, in order.
 
     Raises:
-        OSError: the file cannot be read.
+        OSError (and whatever the stream raises, e.g. EOFError for a truncated compressed
+        stream): the source cannot be read. Lines before the failure have been yielded.
     """
+    if isinstance(source, str):
+        with open(source, "rb") as f:
+            yield from iter_line_batches(f, stats, chunk_bytes, max_line_bytes, name or source,
+                                         place)
+        return
+    name = name or getattr(source, "name", "<stream>")
     chunk_bytes = chunk_bytes or READ_CHUNK_BYTES
     max_line_bytes = max_line_bytes or MAX_LINE_BYTES
+    decoded = _LineDecoder(stats, name, place)
+    try:
+        yield from _iter_lines(source, stats, decoded, chunk_bytes, max_line_bytes)
+    finally:  # also when the stream fails: what was replaced so far is recorded
+        decoded.finish()
+
+
+def _iter_lines(source: BinaryIO, stats: ReadStats, decoded: "_LineDecoder", chunk_bytes: int,
+                max_line_bytes: int) -> Iterator[List[str]]:
     pending = b""  # the unfinished last line of the previous chunk
     pending_split = False  # pending continues a line already counted in lines_split
-    with open(path, "rb") as f:
-        chunk = f.read(chunk_bytes)
-        if chunk.startswith(_BOM):
+    first = True
+    for chunk in _read_chunks(source, chunk_bytes):
+        if first and chunk.startswith(_BOM):
             stats.bom_files += 1
             stats.bytes_read += len(_BOM)
             chunk = chunk[len(_BOM):]
-        while chunk:
-            stats.bytes_read += len(chunk)
-            stats.nul_bytes += chunk.count(b"\x00")
-            # A CRLF can straddle chunks: the \r ends `pending` and the \n starts `chunk`.
-            stats.crlf_line_ends += chunk.count(b"\r\n") + (
-                pending.endswith(b"\r") and chunk.startswith(b"\n"))
-            data = pending + chunk if pending else chunk
-            cut = data.rfind(b"\n")
-            pieces: List[bytes] = []
-            if cut >= 0:
-                complete, pending = data[:cut], data[cut + 1:]
-                raw_lines = complete.split(b"\n")
-                if max(map(len, raw_lines)) > max_line_bytes:
-                    pieces = _split_long(raw_lines, max_line_bytes, stats, pending_split)
-                else:
-                    pieces = [complete]  # fast path: decode the chunk's lines in one call
-                pending_split = False
+        first = False
+        stats.bytes_read += len(chunk)
+        stats.nul_bytes += chunk.count(b"\x00")
+        # A CRLF can straddle chunks: the \r ends `pending` and the \n starts `chunk`.
+        stats.crlf_line_ends += chunk.count(b"\r\n") + (
+            pending.endswith(b"\r") and chunk.startswith(b"\n"))
+        data = pending + chunk if pending else chunk
+        cut = data.rfind(b"\n")
+        pieces: List[bytes] = []
+        if cut >= 0:
+            complete, pending = data[:cut], data[cut + 1:]
+            raw_lines = complete.split(b"\n")
+            if max(map(len, raw_lines)) > max_line_bytes:
+                pieces = _split_long(raw_lines, max_line_bytes, stats, pending_split)
             else:
-                pending = data
-            while len(pending) > max_line_bytes:
-                # No newline in sight: emit the line's head now so memory stays bounded.
-                if not pending_split:
-                    stats.lines_split += 1
-                    pending_split = True
-                head = _cut_point(pending, max_line_bytes)
-                pieces.append(pending[:head])
-                pending = pending[head:]
-            if pieces:
-                yield _decode_lines(pieces, stats)
-            chunk = f.read(chunk_bytes)
-        if pending:
-            yield _decode_lines([pending], stats)
+                pieces = [complete]  # fast path: decode the chunk's lines in one call
+            pending_split = False
+        else:
+            pending = data
+        while len(pending) > max_line_bytes:
+            # No newline in sight: emit the line's head now so memory stays bounded.
+            if not pending_split:
+                stats.lines_split += 1
+                pending_split = True
+            head = _cut_point(pending, max_line_bytes)
+            pieces.append(pending[:head])
+            pending = pending[head:]
+        if pieces:
+            yield decoded(pieces)
+    if pending:
+        yield decoded([pending])
 
 
-def _decode_lines(pieces: List[bytes], stats: ReadStats) -> List[str]:
-    data = pieces[0] if len(pieces) == 1 else b"\n".join(pieces)
-    lines = [line.strip() for line in decode_utf8(data, stats).split("\n")]
-    stats.lines += len(lines)
-    stats.blank_lines += lines.count("")
-    return lines
+def _read_chunks(source: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """Chunks of about `chunk_bytes`, read in small pieces (`read1`) so that a read error (e.g.
+    a truncated compressed stream) is raised only after the data before it was handed on."""
+    read = getattr(source, "read1", None) or source.read
+    piece = min(chunk_bytes, _READ_PIECE_BYTES)
+    parts: List[bytes] = []
+    size = 0
+    while True:
+        try:
+            data = read(piece)
+        except Exception:
+            if parts:
+                yield b"".join(parts)
+            raise
+        if not data:
+            break
+        parts.append(data)
+        size += len(data)
+        if size >= chunk_bytes:
+            yield b"".join(parts)
+            parts, size = [], 0
+    if parts:
+        yield b"".join(parts)
+
+
+class _LineDecoder:
+    """Decodes batches of raw lines of one file, counting lines and locating invalid UTF-8."""
+
+    def __init__(self, stats: ReadStats, name: str, place: str):
+        self.stats = stats
+        self.name = name
+        self.place = place
+        self.line = 0  # lines decoded so far in this file
+        self.first_bad_line = 0  # 1-based line of the first invalid byte, 0 if none yet
+        self.undecodable_before = stats.undecodable_bytes
+
+    def __call__(self, pieces: List[bytes]) -> List[str]:
+        data = pieces[0] if len(pieces) == 1 else b"\n".join(pieces)
+        text, bad = decode_utf8_located(data, self.stats)
+        if bad >= 0 and not self.first_bad_line:
+            self.first_bad_line = self.line + data.count(b"\n", 0, bad) + 1
+        lines = [line.strip() for line in text.split("\n")]
+        self.line += len(lines)
+        self.stats.lines += len(lines)
+        self.stats.blank_lines += lines.count("")
+        return lines
+
+    def finish(self) -> None:
+        replaced = self.stats.undecodable_bytes - self.undecodable_before
+        self.undecodable_before = self.stats.undecodable_bytes
+        if replaced:
+            where = f"{self.place}line {self.first_bad_line}"
+            self.stats.note(self.name, PROBLEM_INVALID_UTF8, where,
+                            "bytes that are not UTF-8, replaced by U+FFFD (dropped by the "
+                            "tokenizer, as BERT does)", count=replaced)

@@ -5,291 +5,38 @@ files, interleaved readers, a record shuffle, fixed-size batches with the remain
 per input pipeline under `strategy.distribute_datasets_from_function`:
 
 - files are sharded per input pipeline (worker) when there are enough of them, else records are;
-- every shuffle is seeded and the interleave deterministic, so a run's data order is reproducible
-  (needed for exact resume and for comparing strategies);
-- records are batched *before* parsing (one vectorised parse per batch, ~3x faster than per record).
+- the file order is reshuffled every epoch (seeded), and `MAX_INTERLEAVE_CYCLE` files are read
+  at once, one record from each in turn, followed by a seeded record shuffle; every shuffle is
+  seeded and the interleave deterministic, so a run's data order is reproducible and its
+  iterator state can be checkpointed (exact resume);
+- records are batched *before* parsing (one vectorised parse per batch, ~3x faster than per
+  record).
+
+Mixing does not rest on this pipeline: the builder shuffles examples globally, so every stretch
+of every shard is already a random sample of the corpus, and a batch is statistically a random
+draw for 1 shard or 1000 (docs/design.md, "Data order"). The file reshuffle and the interleave
+make each epoch's batches different; the record shuffle only breaks up the interleave's pattern.
 
 Masking is not done here: it is dynamic, drawn in the training step from the step's seed.
+The integrity checks the trainer runs first are in `integrity` (re-exported here).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from typing import List, NamedTuple, Optional, Tuple
+from typing import List, Optional
 
 import tensorflow as tf
 
 from electra_tf.data import tfrecord_io
+# Re-exported: the trainer calls them through this module.
+from electra_tf.data.integrity import (DataError, find_bad_file, list_files,  # noqa: F401
+                                       validate_dataset)
 
-# Official: a shuffle of 100 records after the interleave; a larger buffer mixes documents better
-# at a negligible memory cost (records are ~1-4 KB).
+# Official: a shuffle of 100 records after the interleave; a larger buffer breaks up the
+# interleave's round-robin pattern better at a negligible memory cost (records are ~1-4 KB).
 RECORD_SHUFFLE_BUFFER = 1000
 # Official: cycle_length = min(4, number of files).
 MAX_INTERLEAVE_CYCLE = 4
-# Temporary shard names of build_pretraining_dataset.py (electra_tf.data.builder), whose manifest
-# is written last: such files and no manifest mean a build that was killed.
-PARTIAL_PREFIX = ".partial-"
-# Records per read in `verify_records` (a vectorised parse; the size only sets memory use).
-VERIFY_BATCH = 1024
-
-
-class DataError(ValueError):
-    """The pretraining data is missing or does not match the config."""
-
-
-def list_files(patterns: str) -> List[str]:
-    """Sorted union of the files matched by comma-separated globs (official `pretrain_tfrecords`).
-
-    Raises:
-        DataError: no file matches.
-    """
-    files = set()
-    for pattern in (p.strip() for p in patterns.split(",")):
-        if pattern:
-            files.update(tf.io.gfile.glob(pattern))
-    if not files:
-        raise DataError(f"no TFRecord files match {patterns!r} "
-                        "(build them with build_pretraining_dataset.py)")
-    return sorted(files)
-
-
-class FileScan(NamedTuple):
-    """What one read of a TFRecord file found (`scan_file`).
-
-    Attributes:
-        path: str. The file.
-        readable: int. Records read before the end of the file or the first unreadable one.
-        bad_indices: tuple of int. Indices (< readable) of records that read but do not parse as
-            examples of the expected features and length.
-        error: str or None. Why reading stopped early (a corrupted or truncated record), or None
-            when the whole file was read.
-    """
-
-    path: str
-    readable: int
-    bad_indices: Tuple[int, ...]
-    error: Optional[str]
-
-    @property
-    def good(self) -> int:
-        return self.readable - len(self.bad_indices)
-
-
-def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> FileScan:
-    """Reads and parses every record of a file once; never raises on bad records.
-
-    The TFRecord reader checks each record's CRC32C, so a garbled or truncated record ends the
-    read (nothing after it can be located); records are parsed a batch at a time, and a batch
-    that fails is parsed record by record to find the bad ones.
-
-    Args:
-        path: str. A TFRecord file.
-        max_seq_length: int. The length every feature must have.
-        stop_at_first: bool. Stop at the first record that does not parse (`bad_indices` then
-            holds only it and `readable` counts up to its batch): enough to refuse a file,
-            without parsing a foreign file record by record.
-    """
-    readable, bad = 0, []
-
-    def check(records):
-        try:
-            tfrecord_io.parse_example(records, max_seq_length)
-        except tf.errors.InvalidArgumentError:
-            for i in range(int(records.shape[0])):
-                try:
-                    tfrecord_io.parse_example(records[i], max_seq_length)
-                except tf.errors.InvalidArgumentError:
-                    bad.append(readable + i)
-                    if stop_at_first:
-                        return
-
-    try:
-        for records in tf.data.TFRecordDataset(path).batch(VERIFY_BATCH):
-            check(records)
-            readable += int(records.shape[0])
-            if stop_at_first and bad:
-                return FileScan(path, readable, tuple(bad), None)
-    except tf.errors.DataLossError as e:
-        # The failed batch is lost whole: read its records one at a time up to the bad one.
-        error = _first_line(e)
-        tail = []
-        try:
-            for record in tf.data.TFRecordDataset(path).skip(readable):
-                tail.append(record)
-        except tf.errors.DataLossError:
-            pass
-        if tail:
-            check(tf.stack(tail))
-            readable += len(tail)
-        return FileScan(path, readable, tuple(bad), error)
-    return FileScan(path, readable, tuple(bad), None)
-
-
-def verify_records(paths: List[str], *, max_seq_length: int,
-                   expected_counts: Optional[dict] = None) -> int:
-    """Reads and parses every record of each file once; returns the number of records.
-
-    A garbled or truncated shard fails here, named, instead of mid-run; the parse checks the
-    feature names and lengths.
-
-    Args:
-        paths: TFRecord files.
-        max_seq_length: int. The length every feature must have.
-        expected_counts: optional {path: number of records} (from the manifest).
-
-    Raises:
-        DataError: naming the file, the record index and what is wrong.
-    """
-    total = 0
-    for path in paths:
-        scan = scan_file(path, max_seq_length, stop_at_first=True)
-        if scan.bad_indices:
-            raise DataError(f"{path}: record #{scan.bad_indices[0]} is not an example with the "
-                            f"features {', '.join(tfrecord_io.FEATURE_NAMES)} of length "
-                            f"{max_seq_length}")
-        if scan.error is not None:
-            raise DataError(f"{path}: corrupted or truncated TFRecord file after {scan.readable} "
-                            f"good records ({scan.error}); rebuild the dataset")
-        expected = (expected_counts or {}).get(os.path.abspath(path))
-        if expected is not None and scan.readable != expected:
-            raise DataError(f"{path} holds {scan.readable} records but its manifest lists "
-                            f"{expected}; rebuild the dataset")
-        total += scan.readable
-    return total
-
-
-def plan_good_records(paths: List[str], *, max_seq_length: int,
-                      expected_counts: Optional[dict] = None) -> dict:
-    """Scans every file and plans to read only its good records (`skip_bad_records`).
-
-    Args:
-        paths: TFRecord files.
-        max_seq_length: int. The length every feature must have.
-        expected_counts: optional {absolute path: records the manifest lists}: a file cut short
-            then counts its missing records as skipped.
-
-    Returns:
-        {"files": {path: {"take": records to read, "skip": [indices to drop]}},
-         "skipped_records": int, "good_records": int, "problems": [one line per damaged file]}.
-        A skipped record is one that exists (or the manifest says should) but cannot be used;
-        for a damaged file without a manifest count the unreadable rest counts as 1.
-    """
-    files, problems = {}, []
-    skipped = good = 0
-    for path in paths:
-        scan = scan_file(path, max_seq_length)
-        expected = (expected_counts or {}).get(os.path.abspath(path))
-        short = expected is not None and scan.readable != expected
-        # A read that stopped early loses at least one record, however many the manifest lists.
-        missing = max(1 if scan.error else 0, expected - scan.readable if short else 0)
-        lost = len(scan.bad_indices) + missing
-        what = []
-        if scan.bad_indices:
-            what.append(f"{len(scan.bad_indices)} record(s) with other features or lengths "
-                        f"(first #{scan.bad_indices[0]})")
-        if scan.error is not None:
-            what.append(f"unreadable after record #{scan.readable - 1} ({scan.error})")
-        if short:
-            what.append(f"{scan.readable} readable of the {expected} records its manifest lists")
-        if what:
-            problems.append(f"{path}: {'; '.join(what)}: skipping {lost} record(s)")
-        if scan.good:
-            files[path] = {"take": scan.readable, "skip": list(scan.bad_indices)}
-        skipped += lost
-        good += scan.good
-    return {"files": files, "skipped_records": skipped, "good_records": good,
-            "problems": problems}
-
-
-def find_bad_file(patterns: str, max_seq_length: int) -> Optional[str]:
-    """The DataError message for the first unreadable file of `patterns`, or None (used to name
-    the file after a record fails mid-run: tf.data's own message has no file name)."""
-    for path in list_files(patterns):
-        try:
-            verify_records([path], max_seq_length=max_seq_length)
-        except DataError as e:
-            return str(e)
-    return None
-
-
-def _first_line(error: Exception) -> str:
-    """The useful part of a TensorFlow error: its first line without the op/function names."""
-    text = str(error).strip()
-    text = text.splitlines()[0] if text else type(error).__name__
-    text = re.sub(r"\s*\[Op:.*$", "", re.sub(r"\{\{[^}]*\}\}\s*", "", text))
-    return (text or type(error).__name__)[:200]
-
-
-def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, vocab_size: int,
-                     split: str = "train", verify: bool = False,
-                     skip_bad_records: bool = False) -> Optional[dict]:
-    """Checks the builder's manifest beside the matched shards against the training config.
-
-    Every directory holding matched files must have a `manifest.json` whose vocab checksum and
-    max_seq_length agree, and the matched shards must be the manifest's (sizes included).
-
-    With `verify`, every record is also read once (`verify_records`: CRC, features, counts).
-    With `skip_bad_records`, every record is read once too, but damaged records (and shards
-    whose size differs from the manifest's) are planned around instead of refused
-    (`plan_good_records`).
-
-    Returns:
-        A summary {"num_examples": int or None, "manifests": [paths]}; num_examples is None when
-        a directory has no manifest (data built by another tool: checked only by parsing). With
-        `skip_bad_records` also "record_plan" (for `make_dataset`) and "skipped_records", and
-        num_examples counts the good records.
-
-    Raises:
-        DataError: a mismatch, naming the manifest and both values; with `skip_bad_records`,
-            no good record at all.
-    """
-    files = list_files(patterns)
-    total, manifests, expected_counts = 0, [], {}
-    for directory in sorted({os.path.dirname(f) for f in files}):
-        manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
-        if not os.path.exists(manifest_path):
-            partial = [n for n in os.listdir(directory) if n.startswith(PARTIAL_PREFIX)]
-            if partial:
-                raise DataError(f"{directory} holds an interrupted dataset build ({partial[0]}, no "
-                                f"{tfrecord_io.MANIFEST_NAME}): rerun build_pretraining_dataset.py "
-                                "with --overwrite")
-            total = None
-            if verify and not skip_bad_records:
-                verify_records([f for f in files if os.path.dirname(f) == directory],
-                               max_seq_length=max_seq_length)
-            continue
-        try:
-            manifest = tfrecord_io.read_manifest(manifest_path)
-            tfrecord_io.check_manifest(manifest, max_seq_length=max_seq_length,
-                                       vocab_sha256=vocab_sha256, vocab_size=vocab_size)
-            listed = {os.path.abspath(p) for p in tfrecord_io.shard_paths(
-                manifest, directory, split, verify=not skip_bad_records)}
-        except tfrecord_io.ManifestError as e:
-            raise DataError(f"{manifest_path}: {e}") from None
-        matched = {os.path.abspath(f) for f in files if os.path.dirname(f) == directory}
-        stray = sorted(matched - listed)
-        if stray:
-            raise DataError(f"{stray[0]} matches the {split} file pattern but is not listed in "
-                            f"{manifest_path} (a leftover or foreign shard?)")
-        manifests.append(manifest_path)
-        counts = {os.path.abspath(os.path.join(directory, sh["file"])): sh["examples"]
-                  for sh in manifest["splits"][split]["shards"]}
-        expected_counts.update({path: n for path, n in counts.items() if path in matched})
-        if verify and not skip_bad_records:
-            verify_records(sorted(matched), max_seq_length=max_seq_length, expected_counts=counts)
-        if total is not None:
-            total += sum(n for path, n in counts.items() if path in matched)
-    summary = {"num_examples": total, "manifests": manifests}
-    if skip_bad_records:
-        plan = plan_good_records(files, max_seq_length=max_seq_length,
-                                 expected_counts=expected_counts)
-        if not plan["files"]:
-            raise DataError(f"no readable example in {patterns!r} ({split} data): "
-                            + "; ".join(plan["problems"][:3]))
-        summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
-                       skipped_records=plan["skipped_records"], problems=plan["problems"])
-    return summary
 
 
 def make_dataset(patterns: str, *, batch_size: int, max_seq_length: int, is_training: bool,

@@ -28,7 +28,10 @@ from electra_tf.data.example_builder import PackedExample
 # order deterministic protobuf serialisation writes map entries in.
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
 MANIFEST_NAME = "manifest.json"
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2
+# Versions `read_manifest` accepts. 1: written in corpus order (before the builder's global
+# shuffle); readers may warn about it (`is_globally_shuffled`).
+READABLE_MANIFEST_VERSIONS = (1, 2)
 # Shard name prefixes; the trainer's default globs are `<dir>/pretrain_data.tfrecord*` and
 # `<dir>/eval_data.tfrecord*` (official name for the former).
 TRAIN_PREFIX = "pretrain_data.tfrecord"
@@ -240,11 +243,17 @@ def read_manifest(path: str) -> dict:
     missing = [k for k in required if not isinstance(manifest, dict) or k not in manifest]
     if missing:
         raise ManifestError(f"dataset manifest {path} lacks key(s): {', '.join(missing)}")
-    if manifest["format_version"] != MANIFEST_FORMAT_VERSION:
+    if manifest["format_version"] not in READABLE_MANIFEST_VERSIONS:
         raise ManifestError(
             f"dataset manifest {path} has format_version {manifest['format_version']}, "
-            f"expected {MANIFEST_FORMAT_VERSION}")
+            f"expected one of {', '.join(map(str, READABLE_MANIFEST_VERSIONS))}")
     return manifest
+
+
+def is_globally_shuffled(manifest: dict) -> bool:
+    """Whether the builder shuffled the examples globally (format 2 on), so that any stretch of
+    any shard is a random sample of the corpus."""
+    return manifest["format_version"] >= 2
 
 
 def check_manifest(manifest: dict, *, max_seq_length: Optional[int] = None,

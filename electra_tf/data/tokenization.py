@@ -47,7 +47,7 @@ Where the libraries differ from BERT, and how each difference is closed:
   also U+2028 / U+2029 (Zl, Zp): all are mapped to a space. FastWordpieceTokenizer then splits on
   ICU White_Space and `u_ispunct` plus the same ASCII ranges and CJK blocks; on every code point
   that survives cleaning this equals BERT's rule (checked exhaustively by
-  `tests/test_tokenization.py`).
+  `tests/data/test_tokenization.py`).
 - FastWordpieceTokenizer limits a word by UTF-8 bytes (`max_bytes_per_word`), BERT by 200 code
   points. We set the byte limit to 4 * 200 (a word over it has over 200 code points) and, before
   WordPiece, replace each word of more than 200 code points with one private-use placeholder

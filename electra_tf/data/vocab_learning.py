@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
-import tempfile
 from typing import Dict, Iterator, List, Sequence
 
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
+from electra_tf import atomic
 from electra_tf.data.tokenization import (SUFFIX_INDICATOR, GraphBasicTokenizer,
                                           is_bert_punctuation, is_cjk)
 from electra_tf.vocab import (CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN, Vocab,
@@ -57,7 +56,6 @@ MAX_DISTINCT_WORDS = 1 << 21
 READ_CHUNK_CHARS = 1 << 20
 BATCH_CHARS = 1 << 22
 BATCH_LINES = 8192
-VOCAB_FILE_MODE = 0o644
 
 
 def special_layout(vocab_size: int) -> List[str]:
@@ -183,7 +181,7 @@ def learn_vocab(files: Sequence[str], vocab_size: int, output_path: str,
         next_unused += 1
     assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
 
-    _write_atomically(output_path, "".join(token + "\n" for token in tokens))
+    atomic.write_text(output_path, "".join(token + "\n" for token in tokens))
     logger.info("wrote a %d-token vocab to %s: %d special, %d alphabet, %d subwords, %d padding",
                 vocab_size, output_path, len(specials), len(essential), len(subwords), padding)
     if padding > 0.05 * vocab_size:
@@ -191,19 +189,3 @@ def learn_vocab(files: Sequence[str], vocab_size: int, output_path: str,
                        "entries are [unusedN] padding", len(subwords), MIN_SUBWORD_COUNT, padding,
                        vocab_size)
     return load_vocab(output_path)
-
-
-def _write_atomically(path: str, text: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".vocab-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, VOCAB_FILE_MODE)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

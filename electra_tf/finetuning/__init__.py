@@ -1,7 +1,10 @@
-"""Fine-tuning a pretrained ELECTRA discriminator for sequence classification.
+"""Fine-tuning a pretrained ELECTRA discriminator on the official task set.
 
-Modules: `config` (FinetuningConfig, official names), `tasks` (GLUE and generic TSV/CSV data),
+Modules: `config` (FinetuningConfig, official names), `registry` (task name -> family),
+`task` (what a task gives the runner), `classification` + `tasks` (GLUE and generic TSV/CSV
+data), `regression/` (STS-B), `qa/` (SQuAD 1.1/2.0, MRQA), `tagging/` (CoNLL-2000 chunking),
 `encoding` (in-graph text -> features), `model` (encoder + heads, summed loss), `optimization`
 (layer-wise learning rates), `pretrained` (starting points), `metrics`, `export` (SavedModel
-over raw text) and `runner` (`run(config)`, what run_finetuning.py calls).
+over raw text), `corpus_tasks` (tasks built from a corpus, for tests and docs) and `runner`
+(`run(config)`, what run_finetuning.py calls).
 """

@@ -11,21 +11,33 @@ Official names, defaults and construction order (see docs/finetuning.md for the 
 Step 3 is the official "update, apply defaults, update again" made explicit, as in
 `electra_tf.config.PretrainingConfig`.
 
+Single-task defaults (official `configure_finetuning.py`, step 3): `rte`/`sts` train 10 epochs;
+a QA task (a name containing "squad" or "qa": squad, squadv1, newsqa, triviaqa, searchqa) uses
+max_seq_length 512, 2 epochs and no test outputs; `chunk` uses max_seq_length 256; anything else
+3 epochs. `naturalqs` contains neither substring and so keeps 128 / 3 epochs, as in the official
+code (QUIRK Q15: mirrored, with a warning). Runs with several tasks get none of these.
+
 electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
-fix), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`, `do_export`.
-The question-answering, tagging and TPU hparams are accepted under their official names so
-official hparam files load, but electra-tf implements only classification tasks.
+fix), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
+`do_export`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased` and
+`legacy_tagging_loss` (tagging). The TPU hparams are accepted under their official names so
+official hparam files load, and do nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import typing
 from typing import Any, Mapping, Optional, Tuple, Union
 
-from electra_tf.config import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
+from electra_tf.config import (MODELS_DIR, ConfigError, check_known_hparams, coerce_hparam,
+                               parse_hparams)
+from electra_tf.training import run_dir
+
+logger = logging.getLogger("electra_tf")
 
 MODEL_SIZES = ("small", "base", "large")
 PRECISIONS = ("float32", "mixed_bfloat16")
@@ -38,6 +50,9 @@ SIZE_PRESETS = {
 }
 # Official single-task epoch defaults (rte and sts train longer).
 TEN_EPOCH_TASKS = ("rte", "sts")
+# Official single-task defaults of QA tasks (names containing "squad" or "qa") and chunking.
+QA_PRESET = {"max_seq_length": 512, "num_train_epochs": 2.0, "write_test_outputs": False}
+CHUNK_PRESET = {"max_seq_length": 256, "num_train_epochs": 3.0}
 DEBUG_PRESET = {
     "num_trials": 1,
     "iterations_per_loop": 1,
@@ -94,17 +109,17 @@ class FinetuningConfig:
     predict_batch_size: int = 32
     double_unordered: bool = True  # train mrpc/qqp/sts on both sentence orders
 
-    # --- QA (official; accepted, unused: no QA tasks in electra-tf) ---
-    max_query_length: int = 64
-    doc_stride: int = 128
-    n_best_size: int = 20
-    max_answer_length: int = 30
-    answerable_classifier: bool = True
-    answerable_uses_start_logits: bool = True
-    answerable_weight: float = 0.5
-    joint_prediction: bool = True
-    beam_size: int = 20
-    qa_na_threshold: float = -2.75
+    # --- QA (official; electra_tf/finetuning/qa/) ---
+    max_query_length: int = 64  # keep the first this many question WordPieces
+    doc_stride: int = 128  # sliding-window step over the context's WordPieces
+    n_best_size: int = 20  # n-best answers kept per question (and non-joint start/end candidates)
+    max_answer_length: int = 30  # longest answer, in WordPieces
+    answerable_classifier: bool = True  # a [CLS]-based "unanswerable" logit (the v2 null odds)
+    answerable_uses_start_logits: bool = True  # ... fed the start-probability-weighted context too
+    answerable_weight: float = 0.5  # its loss weight
+    joint_prediction: bool = True  # end conditioned on the start (beam search at inference)
+    beam_size: int = 20  # starts x ends per start kept in joint prediction
+    qa_na_threshold: float = -2.75  # SQuAD 2.0: predict "no answer" when null odds > this
 
     # --- TPU (official; accepted, unused) ---
     use_tpu: bool = False
@@ -122,6 +137,10 @@ class FinetuningConfig:
     mixed_precision: str = "float32"  # float32 | mixed_bfloat16
     log_steps: int = 100  # log the training loss every this many steps
     do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
+    skip_bad_answers: bool = False  # QA train: skip (official) instead of refusing bad answers
+    flush_last_sentence: bool = False  # tagging: keep a last sentence without a blank line after
+    tagging_cased: bool = False  # tagging: tokenize words as the model does (official: lowercase)
+    legacy_tagging_loss: bool = False  # tagging: report the official doubled eval loss
 
     # --- Paths (official names; derived from data_dir / model_name when None) ---
     raw_data_dir: Optional[str] = None  # DATA_DIR/finetuning_data; task files in raw_data_dir/<task>/
@@ -156,10 +175,8 @@ class FinetuningConfig:
         size = values.get("model_size", cls.model_size)
         if size not in MODEL_SIZES:
             raise ConfigError(f"model_size must be one of {', '.join(MODEL_SIZES)}, got {size!r}")
-        presets = {}
         tasks = values.get("task_names", cls.task_names)
-        if len(tasks) == 1:
-            presets["num_train_epochs"] = 10.0 if tasks[0].lower() in TEN_EPOCH_TASKS else 3.0
+        presets = single_task_presets(tasks)
         presets.update(SIZE_PRESETS[size])
         if values.get("debug", False):
             presets.update(DEBUG_PRESET)
@@ -168,7 +185,7 @@ class FinetuningConfig:
 
         config = cls(**values)
         join = os.path.join
-        pretrained = join(data_dir, "models", model_name)
+        pretrained = join(data_dir, MODELS_DIR, model_name)
         tasks_str = ",".join(config.task_names)
         derived = {}
         if config.raw_data_dir is None:
@@ -177,14 +194,16 @@ class FinetuningConfig:
             derived["init_checkpoint"] = pretrained
         if config.vocab_file is None:
             # Official: the pretrained model's vocab, else DATA_DIR/vocab.txt.
-            vocab = join(pretrained, "vocab.txt")
+            vocab = join(pretrained, run_dir.VOCAB_NAME)
             derived["vocab_file"] = vocab if os.path.isfile(vocab) else join(data_dir, "vocab.txt")
         if config.model_dir is None:
-            derived["model_dir"] = join(pretrained, "finetuning_models")
+            derived["model_dir"] = join(pretrained, run_dir.FINETUNING_MODELS_DIR)
         if config.results_txt is None:
-            derived["results_txt"] = join(pretrained, "results", f"{tasks_str}_results.txt")
+            derived["results_txt"] = join(pretrained, run_dir.FINETUNING_RESULTS_DIR,
+                                          f"{tasks_str}_results.txt")
         if config.results_json is None:
-            derived["results_json"] = join(pretrained, "results", f"{tasks_str}_results.json")
+            derived["results_json"] = join(pretrained, run_dir.FINETUNING_RESULTS_DIR,
+                                           f"{tasks_str}_results.json")
         config = dataclasses.replace(config, **derived)
         config.validate()
         return config
@@ -214,6 +233,11 @@ class FinetuningConfig:
                     "iterations_per_loop", "log_steps", "vocab_size"):
             need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
+        for key in ("max_query_length", "doc_stride", "n_best_size", "max_answer_length",
+                    "beam_size"):
+            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.answerable_weight >= 0,
+             f"answerable_weight must be >= 0, got {self.answerable_weight}")
 
     @property
     def task_names_str(self) -> str:
@@ -242,6 +266,31 @@ class FinetuningConfig:
                         for k, v in d.items()})
         config.validate()
         return config
+
+
+def single_task_presets(task_names) -> dict:
+    """The official single-task defaults (`configure_finetuning.py`), for keys the user left alone.
+
+    Args:
+        task_names: the run's task names.
+
+    Returns:
+        {hparam: value}; empty for a run with several tasks (official: they keep L = 128 and
+        3 epochs).
+    """
+    if len(task_names) != 1:
+        return {}
+    task = task_names[0].lower()
+    if task in TEN_EPOCH_TASKS:
+        return {"num_train_epochs": 10.0}
+    if "squad" in task or "qa" in task:
+        return dict(QA_PRESET)
+    if task == "chunk":
+        return dict(CHUNK_PRESET)
+    if task == "naturalqs":
+        logger.warning("naturalqs gets no QA defaults (max_seq_length 128, 3 epochs), as in the "
+                       "official code; set max_seq_length / num_train_epochs to change that")
+    return {"num_train_epochs": 3.0}
 
 
 HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(FinetuningConfig)

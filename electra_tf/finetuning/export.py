@@ -1,93 +1,118 @@
-"""SavedModel export of a fine-tuned classifier, serving raw text.
+"""SavedModel export of a fine-tuned model, serving raw text.
 
-Signatures (one set per task; `serving_default` is the first task's text signature):
+Every task of the run contributes its signatures (`FinetuningTask.serving`); `serving_default`
+is the first task's raw-text signature:
 
-- `serving_default` / `<task>`: `text` tf.string [batch] (and `text_b` [batch] for a
-  sentence-pair task) -> `probabilities` float32 [batch, num_labels], `logits` float32
-  [batch, num_labels], `label_ids` int32 [batch], `labels` tf.string [batch] (label names).
-  The text is tokenized and packed in-graph by the same `TextEncoder` that built the training
-  features (BERT tokenization, longest-first pair truncation to max_seq_length), padded to the
-  longest sequence of the batch.
-- `<task>_ids`: int32 `input_ids`, `input_mask`, `segment_ids` [batch, seq] -> the same
-  `probabilities`, `logits`, `label_ids`, `labels`.
+| family | `<task>` (raw text) | `<task>_ids` (int32 `input_ids`, `input_mask`, `segment_ids`) |
+|---|---|---|
+| classification | `text` [batch] (+ `text_b` for a pair task) -> `probabilities`, `logits`, `label_ids`, `labels` | the same outputs |
+| regression (sts) | `text`, `text_b` -> `predictions` ([0, 1], as trained), `scores` (x 5: the 0-5 scale) | the same |
+| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | - |
+| tagging (chunk) | `text` (words separated by whitespace) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged` | + `labeled_positions` -> `tag_ids` [batch, seq] |
 
-`assets.extra/` holds `finetuning_config.json`, `labels.json` ({task: [label names]}) and
-`vocab.txt`. Loading needs TensorFlow and `import tensorflow_text` (for the tokenizer's ops).
+Text is tokenized and packed in-graph by the same code that built the training features
+(classification/regression: `encoding.TextEncoder`; QA: `qa/serving.py`; tagging:
+`tagging/serving.py`), padded to the longest sequence of the batch.
+
+`assets.extra/` holds `finetuning_config.json`, `vocab.txt` and `labels.json` ({task: label
+names} of the classification and tagging tasks). Loading needs TensorFlow and `import tensorflow_text` (for the tokenizer's ops).
 The export is written to a temporary directory and renamed into place.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, Mapping, Sequence
 
 import tensorflow as tf
 
 from electra_tf.finetuning.encoding import TextEncoder
-from electra_tf.finetuning.tasks import Task
-from electra_tf.training.export import EXTRA_DIR, save_atomically
+from electra_tf.training.export import save_atomically
 
-LABELS_FILE = "labels.json"
 CONFIG_FILE = "finetuning_config.json"
+LABELS_FILE = "labels.json"
 
 
-def _int_spec(name: str) -> tf.TensorSpec:
+def int_spec(name: str) -> tf.TensorSpec:
     return tf.TensorSpec([None, None], tf.int32, name=name)
 
 
-def _text_spec(name: str) -> tf.TensorSpec:
+def text_spec(name: str) -> tf.TensorSpec:
     return tf.TensorSpec([None], tf.string, name=name)
 
 
-class FinetunedModule(tf.Module):
-    """A fine-tuned `ElectraClassifier` with raw-text signatures (see module docstring).
+class TaskServing(tf.Module):
+    """One task's serving functions and the objects they capture (tracked for the SavedModel).
 
     Args:
-        model: ElectraClassifier.
-        text_encoder: TextEncoder used for the training features.
-        tasks: list of Task, in the model's task order.
+        functions: {signature name: tf.function with an input_signature}.
+        trackables: {attribute name: tf.Module or constant} the functions use (tokenizers...).
     """
 
-    def __init__(self, model, text_encoder: TextEncoder, tasks: Sequence[Task]):
-        super().__init__(name="electra_classifier")
+    def __init__(self, functions: Mapping[str, Callable], trackables: Mapping[str, object] = None,
+                 name=None):
+        super().__init__(name=name)
+        for key, value in (trackables or {}).items():
+            setattr(self, key, value)
+        self.signature_functions = dict(functions)
+        for i, fn in enumerate(self.signature_functions.values()):
+            setattr(self, f"function_{i}", fn)
+
+
+def sentence_serving(model, task_name: str, text_encoder: TextEncoder, is_pair: bool,
+                     postprocess: Callable[[Dict[str, tf.Tensor]], Dict[str, tf.Tensor]]
+                     ) -> TaskServing:
+    """`<task>` (raw text, one or two strings) and `<task>_ids` signatures of a sentence(-pair)
+    task whose head reads only the shared features.
+
+    Args:
+        model: FinetuningModel.
+        task_name: str.
+        text_encoder: the TextEncoder that built the training features.
+        is_pair: bool. Takes `text` and `text_b`.
+        postprocess: head outputs -> signature outputs.
+    """
+    def outputs(features):
+        return postprocess(model.task_outputs(features, task_name, training=False))
+
+    if is_pair:
+        @tf.function(input_signature=[text_spec("text"), text_spec("text_b")])
+        def serve_text(text, text_b):
+            return outputs(text_encoder.encode(text, text_b))
+    else:
+        @tf.function(input_signature=[text_spec("text")])
+        def serve_text(text):
+            return outputs(text_encoder.encode(text))
+
+    @tf.function(input_signature=[int_spec("input_ids"), int_spec("input_mask"),
+                                  int_spec("segment_ids")])
+    def serve_ids(input_ids, input_mask, segment_ids):
+        return outputs({"input_ids": input_ids, "input_mask": input_mask,
+                        "segment_ids": segment_ids})
+
+    return TaskServing({task_name: serve_text, f"{task_name}_ids": serve_ids},
+                       {"text_encoder": text_encoder})
+
+
+class FinetunedModule(tf.Module):
+    """A fine-tuned `FinetuningModel` with every task's signatures (see module docstring).
+
+    Args:
+        model: FinetuningModel.
+        tasks: list of FinetuningTask, in the model's task order.
+    """
+
+    def __init__(self, model, tasks: Sequence):
+        super().__init__(name="electra_finetuned")
         self.model = model
-        self.text_encoder = text_encoder
-        self.tasks = list(tasks)
-        self._label_names = {t.name: tf.constant(list(t.labels), tf.string) for t in tasks}
-        self.signature_functions: Dict[str, tf.types.experimental.GenericFunction] = {}
-        for i, task in enumerate(self.tasks):
-            text_fn, ids_fn = self._make_functions(task)
-            # Attributes, so the functions (and what they capture) are tracked into the SavedModel.
-            setattr(self, f"serve_text_{i}", text_fn)
-            setattr(self, f"serve_ids_{i}", ids_fn)
-            self.signature_functions[task.name] = text_fn
-            self.signature_functions[f"{task.name}_ids"] = ids_fn
-        self.signature_functions["serving_default"] = self.signature_functions[self.tasks[0].name]
-
-    def _outputs(self, task: Task, features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-        logits = self.model(features, training=False)[task.name]
-        label_ids = tf.argmax(logits, axis=-1, output_type=tf.int32)
-        return {"probabilities": tf.nn.softmax(logits), "logits": logits, "label_ids": label_ids,
-                "labels": tf.gather(self._label_names[task.name], label_ids)}
-
-    def _make_functions(self, task: Task):
-        if task.is_pair:
-            @tf.function(input_signature=[_text_spec("text"), _text_spec("text_b")])
-            def serve_text(text, text_b):
-                return self._outputs(task, self.text_encoder.encode(text, text_b))
-        else:
-            @tf.function(input_signature=[_text_spec("text")])
-            def serve_text(text):
-                return self._outputs(task, self.text_encoder.encode(text))
-
-        @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
-                                      _int_spec("segment_ids")])
-        def serve_ids(input_ids, input_mask, segment_ids):
-            return self._outputs(task, {"input_ids": input_ids, "input_mask": input_mask,
-                                        "segment_ids": segment_ids})
-
-        return serve_text, serve_ids
+        self.task_names = [t.name for t in tasks]
+        self.servings = [task.serving(model) for task in tasks]
+        self.signature_functions: Dict[str, Callable] = {}
+        for serving in self.servings:
+            self.signature_functions.update(serving.signature_functions)
+        self.signature_functions["serving_default"] = self.signature_functions[tasks[0].name]
+        # {task: [label names]} of the tasks that have labels (classification, tagging).
+        self.labels = {t.name: list(t.labels) for t in tasks if getattr(t, "labels", None)}
 
 
 def export_finetuned(module: FinetunedModule, target: str, config_json: str, vocab_path: str) -> str:
@@ -103,13 +128,8 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     Returns:
         target.
     """
-    labels = json.dumps({t.name: list(t.labels) for t in module.tasks}, indent=1)
+    texts = {CONFIG_FILE: config_json + "\n"}
+    if module.labels:
+        texts[LABELS_FILE] = json.dumps(module.labels, indent=1, ensure_ascii=False)
     return save_atomically(module, module.signature_functions, target,
-                           extra_files={"vocab.txt": vocab_path},
-                           extra_texts={CONFIG_FILE: config_json + "\n", LABELS_FILE: labels})
-
-
-def load_labels(export_dir: str) -> Dict[str, List[str]]:
-    """{task: label names} of an export."""
-    with open(os.path.join(export_dir, EXTRA_DIR, LABELS_FILE), encoding="utf-8") as f:
-        return json.load(f)
+                           extra_files={"vocab.txt": vocab_path}, extra_texts=texts)

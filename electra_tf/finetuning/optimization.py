@@ -13,7 +13,7 @@ lr * decay, and the embeddings lr * decay^(L+2). electra-tf reproduces this by d
 top layer lr * decay, embeddings lr * decay^(L+1), heads lr.
 
 As the official, a trainable variable that matches no key is an error (`check_covered`).
-The multipliers are handed to `electra_tf.training.optimization.AdamWeightDecay`
+The multipliers are handed to `electra_tf.training.optimizers.AdamWeightDecay`
 (`lr_multipliers`: regex -> multiplier, first match wins, matched with re.search against the
 variable path, e.g. "electra/layer_3/self_attention_layer/query/kernel").
 """
@@ -24,7 +24,7 @@ import re
 from typing import Dict, Sequence
 
 from electra_tf.finetuning.model import ENCODER_NAME, TASK_SCOPE
-from electra_tf.training.optimization import variable_name
+from electra_tf.training.optimizers import variable_name
 
 
 def layer_depths(num_hidden_layers: int, fix_depth_gap: bool = False) -> Dict[str, int]:

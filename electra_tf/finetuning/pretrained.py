@@ -3,7 +3,7 @@
 `init_checkpoint` (official name) may be any of:
 
 - an electra-tf pretraining model directory (`DATA_DIR/models/NAME`, the default): read with
-  `electra_tf.convert.model_dir.load_model_dir` (its latest checkpoint, or the imported
+  `electra_tf.training.run_dir.load_run` (its latest checkpoint, or the imported
   `init_checkpoint/` of a `python -m electra_tf.convert from-google` import). The discriminator
   encoder's weights are kept; the generator and both pretraining heads are ignored (official:
   `init_from_checkpoint` on the intersection of variable names);
@@ -31,20 +31,20 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.config import ConfigError, PretrainingConfig, get_bert_config
+from electra_tf.errors import ElectraError, TrainingError, error_line
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.modeling.encoder import ElectraEncoder
+from electra_tf.training import run_dir
+from electra_tf.training.export import EXTRA_DIR
 from electra_tf.vocab import Vocab, load_vocab
 
 logger = logging.getLogger("electra_tf")
 
 SAVED_MODEL_FILE = "saved_model.pb"
-SAVED_MODEL_EXTRA = "assets.extra"
-# BERT's default when nothing records the setting.
-DEFAULT_STRIP_ACCENTS = True
 
 
-class PretrainedError(ValueError):
+class PretrainedError(ElectraError, ValueError):
     """The starting point cannot be read; the message names the path."""
 
 
@@ -79,7 +79,7 @@ def _tokenization(pretraining: Optional[PretrainingConfig], config: FinetuningCo
                      else pretraining.do_lower_case if pretraining is not None else True)
     strip_accents = (config.strip_accents if config.strip_accents is not None
                      else manifest_settings.strip_accents if manifest_settings is not None
-                     else DEFAULT_STRIP_ACCENTS)
+                     else run_dir.DEFAULT_STRIP_ACCENTS)
     return do_lower_case, strip_accents
 
 
@@ -106,7 +106,7 @@ def _model_dir_and_checkpoint(path: str):
         return path, None
     if tf.io.gfile.exists(path + ".index"):
         model_dir = os.path.dirname(path)
-        if os.path.basename(model_dir) == "init_checkpoint":  # from-google's import layout
+        if os.path.basename(model_dir) == run_dir.INIT_CHECKPOINT_DIR:  # from-google's import
             model_dir = os.path.dirname(model_dir)
         return model_dir, path
     raise PretrainedError(f"init_checkpoint {path}: not a model directory, a checkpoint prefix "
@@ -114,14 +114,10 @@ def _model_dir_and_checkpoint(path: str):
 
 
 def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
-    from electra_tf.convert.model_dir import load_model_dir
-    from electra_tf.convert.names import ConversionError
-    from electra_tf.training.export import tokenization_settings
-
     model_dir, checkpoint = _model_dir_and_checkpoint(path)
     try:
-        loaded = load_model_dir(model_dir, checkpoint)
-    except ConversionError as e:
+        loaded = run_dir.load_run(model_dir, checkpoint)
+    except TrainingError as e:
         raise PretrainedError(f"init_checkpoint {path}: {e}") from None
     encoder = loaded.model.discriminator
     if not isinstance(encoder, ElectraEncoder):
@@ -129,16 +125,16 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
                               f"{type(encoder).__name__}, not an ElectraEncoder")
     bert = get_bert_config(loaded.config)
     do_lower_case, strip_accents = _tokenization(loaded.config, config,
-                                                 tokenization_settings(loaded.config))
+                                                 run_dir.tokenization_settings(loaded.config))
     return Pretrained(bert.to_dict(), encoder.get_weights(), loaded.vocab, do_lower_case,
                       strip_accents, "checkpoint" if checkpoint else "model_dir",
                       loaded.checkpoint, loaded.step)
 
 
 def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
-    extra = os.path.join(path, SAVED_MODEL_EXTRA)
-    config_path = os.path.join(extra, "config.json")
-    vocab_path = os.path.join(extra, "vocab.txt")
+    extra = os.path.join(path, EXTRA_DIR)
+    config_path = os.path.join(extra, run_dir.CONFIG_NAME)
+    vocab_path = os.path.join(extra, run_dir.VOCAB_NAME)
     for needed in (config_path, vocab_path):
         if not os.path.isfile(needed):
             raise PretrainedError(f"init_checkpoint {path}: SavedModel lacks {needed} (export it "
@@ -156,9 +152,8 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
         status = tf.train.Checkpoint(encoder=encoder).read(variables)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PretrainedError(f"init_checkpoint {path}: its variables do not match the encoder "
-                              f"of its config.json: {first[:300]}") from None
+                              f"of its config.json: {error_line(e)}") from None
     do_lower_case, strip_accents = _tokenization(pretraining, config)
     return Pretrained(bert.to_dict(), encoder.get_weights(), load_vocab(vocab_path), do_lower_case,
                       strip_accents, "saved_model", path, 0)

@@ -1,110 +1,142 @@
 """The fine-tuning run: data, trials (train, evaluate, export), results.
 
-`run(config)` is what `run_finetuning.py` calls. For each of `num_trials` trials (seed
-`seed + trial - 1`):
+`run(config)` is what `run_finetuning.py` calls:
 
-1. build the classifier (encoder + one head per task) and copy in the pretrained encoder weights
-   (`pretrained.py`; random for `random_init`);
-2. train `int(num_train_examples / train_batch_size * num_train_epochs)` steps (official count)
-   on the shuffled training examples of all tasks, with the official optimizer: AdamWeightDecay
-   (no bias correction, wd 0.01 except LayerNorm/bias), the global-norm clip at 1.0, linear
-   warmup over `warmup_proportion` of the steps multiplied by linear decay to 0, and the
-   layer-wise learning-rate multipliers (`optimization.py`);
-3. evaluate every labelled dev/test split: accuracy, F1, macro F1, MCC (`metrics.py`); write test
-   predictions for unlabelled test files when `write_test_outputs`;
-4. export a SavedModel serving raw text (`export.py`) to `model_dir/<tasks>_model_<trial>`
-   (every trial with `keep_all_models`, else the last).
+1. read and featurise every task of `task_names` (`registry.build_task`: classification,
+   regression, question answering or tagging), and put all training records in one table
+   (`training_table`, official layout: shared features, `task_id`, every task's own features as
+   `<task>_<key>`, zeros where a record's task has none; padding records with task_id = number
+   of tasks up to a multiple of `train_batch_size`);
+2. for each of `num_trials` trials (seed `seed + trial - 1`):
+   a. build the model (encoder + one head per task) and copy in the pretrained encoder weights
+      (`pretrained.py`; random for `random_init`);
+   b. train `int(n_records_padded // train_batch_size * num_train_epochs)` steps (official
+      count) on the shuffled table, with the official optimizer: AdamWeightDecay (no bias
+      correction, wd 0.01 except LayerNorm/bias), the global-norm clip at 1.0, linear warmup
+      over `warmup_proportion` of the steps multiplied by linear decay to 0, and the layer-wise
+      learning-rate multipliers (`optimization.py`);
+   c. evaluate every labelled dev/test split with the task's official metrics, writing its
+      prediction files (QA: `results/<tasks>_qa/<task>_preds.json`, ...), and predict the
+      unlabelled ones (written with `write_test_outputs`, first `n_writes_test` trials);
+   d. export a SavedModel serving raw text (`export.py`) to `model_dir/<tasks>_model_<trial>`
+      (every trial with `keep_all_models`, else the last);
+   e. rewrite `results_txt` (official lines "<task>: k: v - ...", one per trial and task, then
+      the mean and std over trials) and `results_json`.
 
-Then the mean and sample std over trials of every metric go to `results_json` and `results_txt`.
 Existing outputs are never replaced without `overwrite`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List
 
 import keras
 import numpy as np
 import tensorflow as tf
 
+from electra_tf import atomic
 from electra_tf.data.tokenization import Tokenizer
+from electra_tf.errors import ElectraError
 from electra_tf.finetuning import metrics as metrics_lib
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.finetuning.encoding import FEATURE_NAMES, TextEncoder
+from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
-from electra_tf.finetuning.model import ElectraClassifier, summed_loss
+from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
-from electra_tf.finetuning.tasks import Example, Task, TaskData, load_task
-from electra_tf.training.optimization import AdamWeightDecay, WarmupPolynomialDecay, apply_gradients
+from electra_tf.finetuning.registry import build_task
+from electra_tf.finetuning.task import (SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed,
+                                        write_json_atomically)
+from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
+from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.strategy import set_inter_op_threads
 
 logger = logging.getLogger("electra_tf")
 
-EVAL_SPLITS = ("dev", "test")
-TEST_PREDICTIONS_DIR = "test_predictions"
+TASK_ID = "task_id"
 
 
-class FinetuningError(RuntimeError):
+class FinetuningError(ElectraError, RuntimeError):
     """The run cannot proceed (outputs exist without overwrite, no training data, ...)."""
 
 
-class EncodedSplit(NamedTuple):
-    """Features of one split of one task.
+# ------------------------------------------------------------------------------------------------
+# Data
+# ------------------------------------------------------------------------------------------------
+def training_table(tasks: List[FinetuningTask], batch_size: int,
+                   max_seq_length: int) -> Dict[str, np.ndarray]:
+    """Every task's training records in one table (official layout; see module docstring).
 
-    Attributes:
-        features: dict of int32 numpy [n, max_seq_length] (`input_ids`, `input_mask`,
-            `segment_ids`).
-        label_ids: int32 numpy [n], or None when the split has no labels.
-        examples: the examples, in the same order.
+    Args:
+        tasks: the run's tasks, in task-id order.
+        batch_size: int. The record count is padded up to a multiple of it (official).
+        max_seq_length: int.
+
+    Returns:
+        {feature: numpy [n_padded, ...]}: `input_ids`, `input_mask`, `segment_ids`, `task_id`
+        and `<task>_<key>` for every task's own features.
+
+    Raises:
+        FinetuningError: no task has training data.
     """
-
-    features: Dict[str, np.ndarray]
-    label_ids: Optional[np.ndarray]
-    examples: List[Example]
-
-
-def encode_split(text_encoder: TextEncoder, task: Task, examples: List[Example],
-                 labelled: bool) -> EncodedSplit:
-    """Tokenizes and packs examples; label ids checked against the task's labels."""
-    texts_b = [e.text_b for e in examples] if task.is_pair else None
-    features = text_encoder.encode_examples([e.text_a for e in examples], texts_b)
-    label_ids = (np.array([task.label_id(e) for e in examples], np.int32) if labelled else None)
-    return EncodedSplit(features, label_ids, examples)
-
-
-def training_features(tasks_data: List[TaskData], encoded: Dict[str, EncodedSplit]) -> Dict[str, np.ndarray]:
-    """All tasks' training features in one table, with `label_ids` and `task_ids` columns."""
     parts = []
-    for task_id, data in enumerate(tasks_data):
-        split = encoded[data.task.name]
-        part = dict(split.features)
-        part["label_ids"] = split.label_ids
-        part["task_ids"] = np.full([len(split.label_ids)], task_id, np.int32)
+    specs = {task.name: task.feature_specs() for task in tasks}
+    for task_id, task in enumerate(tasks):
+        features = task.train_features()
+        if features is None or len(features["input_ids"]) == 0:
+            continue
+        n = len(features["input_ids"])
+        part = {key: features[key] for key in SHARED_FEATURES}
+        part[TASK_ID] = np.full([n], task_id, np.int32)
+        for other in tasks:
+            for key, spec in specs[other.name].items():
+                column = f"{other.name}_{key}"
+                if other is task and key in features:
+                    part[column] = features[key].astype(spec.dtype)
+                else:
+                    part[column] = np.zeros([n, *spec.shape], spec.dtype)
         parts.append(part)
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    if not parts:
+        raise FinetuningError(f"no training records in {', '.join(t.name for t in tasks)}")
+    table = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    n = len(table[TASK_ID])
+    padding = -n % batch_size
+    if padding:
+        # Official padding records: task_id = number of tasks, zeros elsewhere (zero loss).
+        for key, column in table.items():
+            fill = len(tasks) if key == TASK_ID else 0
+            table[key] = np.concatenate(
+                [column, np.full([padding, *column.shape[1:]], fill, column.dtype)])
+    assert table["input_ids"].shape[1] == max_seq_length
+    return table
 
 
-def num_train_steps(num_examples: int, config: FinetuningConfig) -> int:
-    """Official: int(num_train_examples / train_batch_size * num_train_epochs), at least 1."""
-    return max(1, int(num_examples / config.train_batch_size * config.num_train_epochs))
+def num_train_steps(num_records: int, config: FinetuningConfig) -> int:
+    """Official: int((n_records_padded // train_batch_size) * num_train_epochs), at least 1.
+
+    `num_records` counts featurised records (QA windows, swapped pairs) and, when it is the
+    padded table's length, the padding records (official).
+    """
+    batches = -(-num_records // config.train_batch_size)  # the padded count // batch size
+    return max(1, int(batches * config.num_train_epochs))
 
 
-def build_model(pretrained: Pretrained, tasks: List[Task], seed: int) -> ElectraClassifier:
-    """A classifier with the pretrained encoder weights (random ones for random init)."""
+# ------------------------------------------------------------------------------------------------
+# Model and training
+# ------------------------------------------------------------------------------------------------
+def build_model(pretrained: Pretrained, tasks: List[FinetuningTask], seed: int) -> FinetuningModel:
+    """The model with the pretrained encoder weights (random ones for random init)."""
     keras.utils.set_random_seed(seed)  # head init, dropout seeds (and the encoder if random)
-    model = ElectraClassifier(pretrained.encoder_config,
-                              [{"name": t.name, "num_labels": t.num_labels} for t in tasks])
+    model = FinetuningModel(pretrained.encoder_config, [t.head_config() for t in tasks])
     if pretrained.weights is not None:
         model.encoder.set_weights(pretrained.weights)
     return model
 
 
-def make_optimizer(model: ElectraClassifier, config: FinetuningConfig, steps: int) -> AdamWeightDecay:
+def make_optimizer(model: FinetuningModel, config: FinetuningConfig, steps: int) -> AdamWeightDecay:
     """The official fine-tuning optimizer with the layer-wise multipliers (built)."""
     schedule = WarmupPolynomialDecay(config.learning_rate, steps,
                                      warmup_proportion=config.warmup_proportion, lr_decay_power=1.0)
@@ -117,14 +149,15 @@ def make_optimizer(model: ElectraClassifier, config: FinetuningConfig, steps: in
     return optimizer
 
 
-def train(model: ElectraClassifier, features: Dict[str, np.ndarray], config: FinetuningConfig,
+def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: FinetuningConfig,
           seed: int, task_names: List[str]) -> Dict[str, float]:
-    """Trains `num_train_steps` steps; returns {"steps", "seconds", "final_loss"}."""
-    n = len(features["label_ids"])
+    """Trains `num_train_steps` steps on `training_table` records; returns {"steps",
+    "seconds", "final_loss"} (the loss is summed over the batch, as trained)."""
+    n = len(table[TASK_ID])
     steps = num_train_steps(n, config)
     optimizer = make_optimizer(model, config, steps)
     variables = model.trainable_variables
-    dataset = (tf.data.Dataset.from_tensor_slices(features)
+    dataset = (tf.data.Dataset.from_tensor_slices(table)
                .shuffle(n, seed=seed, reshuffle_each_iteration=True)
                .repeat()
                .batch(config.train_batch_size, drop_remainder=True))
@@ -136,8 +169,8 @@ def train(model: ElectraClassifier, features: Dict[str, np.ndarray], config: Fin
         for _ in tf.range(num_steps):
             batch = next(iterator)
             with tf.GradientTape() as tape:
-                logits = model(batch, training=True)
-                loss = summed_loss(logits, batch["label_ids"], batch["task_ids"], task_names)
+                outputs = model(batch, training=True)
+                loss = summed_loss(outputs, batch[TASK_ID], task_names)
             grads = tape.gradient(loss, variables)
             apply_gradients(optimizer, grads, variables)
             total += loss
@@ -153,24 +186,72 @@ def train(model: ElectraClassifier, features: Dict[str, np.ndarray], config: Fin
         if not np.isfinite(loss):
             raise FinetuningError(f"non-finite training loss at step {done}")
         if done % config.log_steps < k or done == steps:
-            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f ex/s", done, steps,
-                        loss, done * config.train_batch_size / max(time.time() - start, 1e-9))
+            logger.info("  step %d/%d loss %.4f (summed over the batch) %.1f records/s", done,
+                        steps, loss, done * config.train_batch_size / max(time.time() - start, 1e-9))
     return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
 
 
-def predict_logits(model: ElectraClassifier, features: Dict[str, np.ndarray], task: str,
-                   batch_size: int) -> np.ndarray:
-    """float32 numpy [n, num_labels] logits, eval mode."""
-    @tf.function
+def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarray],
+            batch_size: int) -> Dict[str, np.ndarray]:
+    """The head outputs of one task over every record (eval mode, the last batch kept whole).
+
+    Args:
+        features: shared features plus the task's own (`<task>_<key>` or unprefixed).
+
+    Returns:
+        {output name: numpy [n, ...]}.
+    """
+    features = prefixed(task_name, features)
+    # One trace for every batch size (the last batch is smaller).
+    spec = {k: tf.TensorSpec([None, *v.shape[1:]], tf.as_dtype(v.dtype)) for k, v in features.items()}
+
+    @tf.function(input_signature=[spec])
     def forward(batch):
-        return model(batch, training=False)[task]
+        return model.task_outputs(batch, task_name, training=False)
 
     n = len(features["input_ids"])
-    outputs = []
+    outputs: Dict[str, List[np.ndarray]] = {}
     for start in range(0, n, batch_size):
-        batch = {k: tf.constant(features[k][start:start + batch_size]) for k in FEATURE_NAMES}
-        outputs.append(forward(batch).numpy())
-    return np.concatenate(outputs) if outputs else np.zeros([0, 0], np.float32)
+        batch = {k: tf.constant(v[start:start + batch_size]) for k, v in features.items()}
+        for key, value in forward(batch).items():
+            outputs.setdefault(key, []).append(value.numpy())
+    return {k: np.concatenate(v) for k, v in outputs.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Results
+# ------------------------------------------------------------------------------------------------
+def summarize(trials: List[dict]) -> Dict[str, Dict[str, Dict[str, Dict[str, float]]]]:
+    """{task: {split: {metric: {"mean", "std"}}}} over the trials."""
+    summary: dict = {}
+    for task, splits in trials[0]["metrics"].items():
+        for split, values in splits.items():
+            for metric in values:
+                series = [t["metrics"][task][split][metric] for t in trials]
+                summary.setdefault(task, {}).setdefault(split, {})[metric] = metrics_lib.mean_and_std(series)
+    return summary
+
+
+def trial_lines(record: dict) -> List[str]:
+    """Official results.txt lines of one trial: "<task>: k1: v1 - k2: v2" (2 decimals) for dev;
+    other splits as "<task> <split>: ..."."""
+    lines = []
+    for task, splits in record["metrics"].items():
+        for split, values in splits.items():
+            label = task if split == "dev" else f"{task} {split}"
+            lines.append(f"{label}: " + " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
+    return lines
+
+
+def format_results(summary: dict, num_trials: int) -> List[str]:
+    """`task split metric: mean ± std (n trials)`, in the metrics' own (official) units."""
+    lines = []
+    for task, splits in summary.items():
+        for split, values in splits.items():
+            for metric, stat in values.items():
+                lines.append(f"{task} {split} {metric}: {stat['mean']:.2f} ± {stat['std']:.2f} "
+                             f"({num_trials} trial{'s' if num_trials > 1 else ''})")
+    return lines
 
 
 def _check_outputs(config: FinetuningConfig, overwrite: bool) -> None:
@@ -183,54 +264,22 @@ def _check_outputs(config: FinetuningConfig, overwrite: bool) -> None:
                               "results and fine-tuned models of this run")
 
 
-def _log_examples(task: Task, split: EncodedSplit, vocab, count: int = 3) -> None:
-    for i in range(min(count, len(split.examples))):
-        ids = split.features["input_ids"][i]
-        n = int(split.features["input_mask"][i].sum())
-        tokens = " ".join(vocab.tokens[t] for t in ids[:n])
-        logger.info("%s example %s: label %s | %s | segment_ids %s", task.name, split.examples[i].guid,
-                    split.examples[i].label, tokens, split.features["segment_ids"][i][:n].tolist())
+def _write_results(config: FinetuningConfig, results: dict) -> None:
+    write_json_atomically(config.results_json, results)
+    lines = [line for record in results["trials"] for line in trial_lines(record)]
+    if results["summary"]:
+        lines += format_results(results["summary"], len(results["trials"]))
+    atomic.write_text(config.results_txt, "\n".join(lines) + ("\n" if lines else ""))
 
 
-def _write_predictions(path: str, task: Task, split: EncodedSplit, logits: np.ndarray) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write("index\tprediction\n")
-        for i, label_id in enumerate(np.argmax(logits, axis=-1)):
-            f.write(f"{i}\t{task.labels[int(label_id)]}\n")
-    os.replace(path + ".tmp", path)
-
-
-def summarize(trials: List[dict]) -> Dict[str, Dict[str, Dict[str, Dict[str, float]]]]:
-    """{task: {split: {metric: {"mean", "std"}}}} over the trials that have it."""
-    summary: dict = {}
-    for task, splits in trials[0]["metrics"].items():
-        for split, values in splits.items():
-            for metric in values:
-                if metric == "n":
-                    continue
-                series = [t["metrics"][task][split][metric] for t in trials]
-                summary.setdefault(task, {}).setdefault(split, {})[metric] = metrics_lib.mean_and_std(series)
-    return summary
-
-
-def format_results(summary: dict, num_trials: int) -> List[str]:
-    """Human-readable lines: `task split metric: mean ± std (n trials)`, in percent."""
-    lines = []
-    for task, splits in summary.items():
-        for split, values in splits.items():
-            for metric, stat in values.items():
-                lines.append(f"{task} {split} {metric}: {100 * stat['mean']:.2f} ± "
-                             f"{100 * stat['std']:.2f} ({num_trials} trial{'s' if num_trials > 1 else ''})")
-    return lines
-
-
-def _write_json(path: str, value) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+def _log_examples(task: FinetuningTask, features: Dict[str, np.ndarray], vocab, count: int = 3) -> None:
+    for i in range(min(count, len(features["input_ids"]))):
+        n = int(features["input_mask"][i].sum())
+        tokens = " ".join(vocab.tokens[t] for t in features["input_ids"][i][:n])
+        own = {k: v[i].tolist() for k, v in features.items()
+               if k not in SHARED_FEATURES and np.ndim(v[i]) == 0}
+        logger.info("%s record %d: %s | %s | segment_ids %s", task.name, i, own, tokens,
+                    features["segment_ids"][i][:n].tolist())
 
 
 def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
@@ -238,7 +287,8 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
 
     Returns:
         The results dict written to `results_json`: "config", "init", "data", "trials" (per-trial
-        metrics, steps, seconds, export path), "summary" ({task: {split: {metric: {mean, std}}}}).
+        metrics, steps, seconds, export path, files), "summary" ({task: {split: {metric: {mean,
+        std}}}}).
 
     Raises:
         FinetuningError, DataFileError, PretrainedError, ConfigError: bad input (one line).
@@ -249,69 +299,21 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     tokenizer = Tokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
                           strip_accents=pretrained.strip_accents)
     text_encoder = TextEncoder(tokenizer, config.max_seq_length)
-    splits = ("train",) + EVAL_SPLITS
-    tasks_data = [load_task(name, config.raw_data_dir, splits, config.double_unordered)
-                  for name in config.task_names]
-    tasks = [d.task for d in tasks_data]
+    tasks = [build_task(name, config, pretrained, tokenizer, text_encoder)
+             for name in config.task_names]
     task_names = [t.name for t in tasks]
-
-    train_encoded: Dict[str, EncodedSplit] = {}
-    eval_encoded: Dict[str, Dict[str, EncodedSplit]] = {}
+    eval_sets = {task.name: task.eval_sets() for task in tasks}
     data_summary = {}
-    for data in tasks_data:
-        task = data.task
-        train_encoded[task.name] = encode_split(text_encoder, task, data.train, True)
-        if config.log_examples:
-            _log_examples(task, train_encoded[task.name], pretrained.vocab)
-        eval_encoded[task.name] = {}
-        for split in EVAL_SPLITS:
-            examples = getattr(data, split)
-            if examples:
-                eval_encoded[task.name][split] = encode_split(text_encoder, task, examples,
-                                                              data.labelled[split])
-        data_summary[task.name] = {
-            "directory": task.directory, "labels": list(task.labels), "is_pair": task.is_pair,
-            **{split: len(getattr(data, split) or []) for split in splits}}
-        logger.info("task %s: %d labels, train/dev/test %s", task.name, task.num_labels,
-                    "/".join(str(data_summary[task.name][s]) for s in splits))
-    features = training_features(tasks_data, train_encoded)
-
-    keras.mixed_precision.set_global_policy(config.mixed_precision)
-    trials = []
-    try:
-        for trial in range(1, config.num_trials + 1):
-            seed = config.seed + trial - 1
-            logger.info("trial %d/%d (seed %d)", trial, config.num_trials, seed)
-            model = build_model(pretrained, tasks, seed)
-            record = {"trial": trial, "seed": seed, "metrics": {}}
-            if config.do_train:
-                record.update(train(model, features, config, seed, task_names))
-            if config.do_eval:
-                for task in tasks:
-                    for split, encoded in eval_encoded[task.name].items():
-                        logits = predict_logits(model, encoded.features, task.name,
-                                                config.eval_batch_size)
-                        if encoded.label_ids is not None:
-                            values = metrics_lib.classification_metrics(
-                                encoded.label_ids, np.argmax(logits, axis=-1), task.num_labels)
-                            record["metrics"].setdefault(task.name, {})[split] = values
-                            logger.info("  %s %s: %s", task.name, split, ", ".join(
-                                f"{k} {v:.4f}" for k, v in values.items() if k != "n"))
-                        elif config.write_test_outputs and trial <= config.n_writes_test:
-                            path = os.path.join(os.path.dirname(config.results_json),
-                                                TEST_PREDICTIONS_DIR,
-                                                f"{task.name}_{split}_{trial}_predictions.tsv")
-                            _write_predictions(path, task, encoded, logits)
-                            record.setdefault("predictions", {})[f"{task.name}_{split}"] = path
-            if config.do_train and config.do_export and (config.keep_all_models
-                                                         or trial == config.num_trials):
-                module = FinetunedModule(model, text_encoder, tasks)
-                record["export"] = export_finetuned(module, config.trial_model_dir(trial),
-                                                    config.to_json(), pretrained.vocab.path)
-                logger.info("  exported %s", record["export"])
-            trials.append(record)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+    for task in tasks:
+        data_summary[task.name] = task.summary()
+        logger.info("task %s (%s): %s", task.name, task.family, {
+            k: v for k, v in data_summary[task.name].items() if isinstance(v, int)})
+    table = training_table(tasks, config.train_batch_size, config.max_seq_length) \
+        if config.do_train else None
+    if config.log_examples and table is not None:
+        for task_id, task in enumerate(tasks):
+            mine = table[TASK_ID] == task_id
+            _log_examples(task, {k: v[mine] for k, v in table.items()}, pretrained.vocab)
 
     results = {
         "config": config.to_dict(),
@@ -319,14 +321,46 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
                  "encoder_config": pretrained.encoder_config,
                  "do_lower_case": pretrained.do_lower_case, "strip_accents": pretrained.strip_accents},
         "data": data_summary,
-        "trials": trials,
-        "summary": summarize(trials) if trials and trials[0]["metrics"] else {},
+        "trials": [],
+        "summary": {},
     }
-    _write_json(config.results_json, results)
-    lines = format_results(results["summary"], config.num_trials)
-    with open(config.results_txt + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + ("\n" if lines else ""))
-    os.replace(config.results_txt + ".tmp", config.results_txt)
-    for line in lines:
+    results_dir = os.path.dirname(config.results_json)
+    keras.mixed_precision.set_global_policy(config.mixed_precision)
+    try:
+        for trial in range(1, config.num_trials + 1):
+            seed = config.seed + trial - 1
+            logger.info("trial %d/%d (seed %d)", trial, config.num_trials, seed)
+            model = build_model(pretrained, tasks, seed)
+            record = {"trial": trial, "seed": seed, "metrics": {}}
+            if config.do_train:
+                record.update(train(model, table, config, seed, task_names))
+            if config.do_eval:
+                context = ScoreContext(results_dir, trial,
+                                       config.write_test_outputs and trial <= config.n_writes_test,
+                                       config.task_names_str)
+                for task in tasks:
+                    for eval_set in eval_sets[task.name]:
+                        if not eval_set.labelled and not context.write_test_outputs:
+                            continue  # nothing to score or write
+                        outputs = predict(model, task.name, eval_set.features,
+                                          config.predict_batch_size)
+                        values = task.score(eval_set, outputs, context)
+                        if values is not None:
+                            record["metrics"].setdefault(task.name, {})[eval_set.split] = values
+                            logger.info("  %s %s: %s", task.name, eval_set.split,
+                                        " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
+            if config.do_train and config.do_export and (config.keep_all_models
+                                                         or trial == config.num_trials):
+                module = FinetunedModule(model, tasks)
+                record["export"] = export_finetuned(module, config.trial_model_dir(trial),
+                                                    config.to_json(), pretrained.vocab.path)
+                logger.info("  exported %s", record["export"])
+            results["trials"].append(record)
+            if results["trials"][0]["metrics"]:
+                results["summary"] = summarize(results["trials"])
+            _write_results(config, results)  # after every trial (official)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    for line in format_results(results["summary"], config.num_trials):
         logger.info("%s", line)
     return results

@@ -39,6 +39,8 @@ import io
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from electra_tf.errors import ElectraError
+
 TEXT_COLUMN = "text"
 TEXT_B_COLUMN = "text_b"
 LABEL_COLUMN = "label"
@@ -46,7 +48,7 @@ SPLIT_NAMES = ("train", "dev", "test")
 GENERIC_EXTENSIONS = (".tsv", ".csv")
 
 
-class DataFileError(ValueError):
+class DataFileError(ElectraError, ValueError):
     """A task data file is missing or malformed; the message names file and line."""
 
 
@@ -99,9 +101,9 @@ GLUE_TASKS: Dict[str, GlueLayout] = {
     "wnli": GlueLayout(1, 2, -1, True, 1, 2, _BINARY, dir_names=("WNLI",)),
 }
 TASK_ALIASES = {"sst2": "sst", "sst-2": "sst", "mnli-m": "mnli"}
-# Official task names electra-tf does not implement (regression, tagging, question answering).
-UNSUPPORTED_TASKS = ("sts", "chunk", "squad", "squadv1", "newsqa", "naturalqs", "triviaqa",
-                     "searchqa", "hotpotqa", "textbookqa")
+# Official task names of the other families (registry.py routes them to their own readers).
+NOT_CLASSIFICATION_TASKS = ("sts", "chunk", "squad", "squadv1", "newsqa", "naturalqs", "triviaqa",
+                            "searchqa")
 
 
 class Task(NamedTuple):
@@ -177,8 +179,12 @@ def _decoded_lines(path: str) -> List[str]:
     return text.split("\n")
 
 
-def read_rows(path: str) -> List[Tuple[int, List[str]]]:
+def read_rows(path: str, max_lines: Optional[int] = None) -> List[Tuple[int, List[str]]]:
     """All records of a .tsv (tab-separated, no quoting) or .csv (RFC 4180) file.
+
+    Args:
+        path: str.
+        max_lines: read only the first this many physical lines (official `debug`: 100).
 
     Returns:
         [(line number, fields)], the header included. A final newline ends the last record;
@@ -190,6 +196,8 @@ def read_rows(path: str) -> List[Tuple[int, List[str]]]:
     if not os.path.isfile(path):
         raise DataFileError(f"{path}: no such file")
     lines = _decoded_lines(path)
+    if max_lines is not None and len(lines) > max_lines:
+        lines = lines[:max_lines]
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     if not lines:
@@ -240,13 +248,14 @@ def _generic_columns(path: str, header: List[str], need_label: bool) -> GenericC
                           len(names))
 
 
-def read_generic(path: str, task_name: str, split: str) -> Tuple[List[Example], bool, bool]:
+def read_generic(path: str, task_name: str, split: str,
+                 max_lines: Optional[int] = None) -> Tuple[List[Example], bool, bool]:
     """Reads a generic task file.
 
     Returns:
         (examples, has_text_b, has_label).
     """
-    rows = read_rows(path)
+    rows = read_rows(path, max_lines)
     columns = _generic_columns(path, rows[0][1], need_label=(split != "test"))
     examples = []
     for n, (line, fields) in enumerate(rows[1:]):
@@ -276,9 +285,10 @@ def read_generic(path: str, task_name: str, split: str) -> Tuple[List[Example], 
 # ------------------------------------------------------------------------------------------------
 # GLUE files: columns by position
 # ------------------------------------------------------------------------------------------------
-def read_glue(path: str, task_name: str, layout: GlueLayout, split: str) -> List[Example]:
+def read_glue(path: str, task_name: str, layout: GlueLayout, split: str,
+              max_lines: Optional[int] = None) -> List[Example]:
     """Reads a GLUE TSV as the official `_load_glue` (columns by position)."""
-    rows = read_rows(path)
+    rows = read_rows(path, max_lines)
     test = split == "test"
     skip = layout.skip_header or test  # official: CoLA's test file has a header, train/dev none
     a_col = layout.test_text_a if test else layout.text_a
@@ -319,7 +329,7 @@ class TaskData(NamedTuple):
 
 
 def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
-              double_unordered: bool = True) -> TaskData:
+              double_unordered: bool = True, max_lines: Optional[int] = None) -> TaskData:
     """Finds and reads a task's files.
 
     Args:
@@ -327,14 +337,15 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
         raw_data_dir: the directory holding one sub-directory per task.
         splits: the splits to read; "train" is always read (it defines the labels).
         double_unordered: add swapped pairs to the training set of unordered GLUE tasks.
+        max_lines: read only the first this many lines of each file (official `debug`: 100).
 
     Raises:
-        DataFileError: unknown/unsupported task, missing train file, malformed data, labels.
+        DataFileError: not a classification task, missing train file, malformed data, labels.
     """
     canonical = canonical_task_name(name)
-    if canonical in UNSUPPORTED_TASKS:
-        raise DataFileError(f"task {name!r}: electra-tf implements classification tasks only "
-                            f"(GLUE: {', '.join(GLUE_TASKS)}; or a generic TSV/CSV task)")
+    if canonical in NOT_CLASSIFICATION_TASKS:
+        raise DataFileError(f"task {name!r} is not a classification task (see "
+                            "electra_tf/finetuning/registry.py)")
     glue = GLUE_TASKS.get(canonical)
     task_name = canonical if glue else name
     directory = _task_directory(raw_data_dir, task_name, glue)
@@ -349,11 +360,11 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
             path = train_path if split == "train" else split_file(directory, split, glue)
             if path is None or (split != "train" and split not in splits):
                 continue
-            data[split] = read_glue(path, task_name, glue, split)
+            data[split] = read_glue(path, task_name, glue, split, max_lines)
             labelled[split] = split != "test"
         task = Task(task_name, directory, glue, glue.labels, glue.text_b is not None)
     else:
-        train, is_pair, _ = read_generic(train_path, task_name, "train")
+        train, is_pair, _ = read_generic(train_path, task_name, "train", max_lines)
         data["train"] = train
         labelled["train"] = True
         labels = tuple(sorted({e.label for e in train}))
@@ -363,7 +374,7 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
             path = split_file(directory, split, None)
             if path is None or split not in splits:
                 continue
-            examples, has_b, has_label = read_generic(path, task_name, split)
+            examples, has_b, has_label = read_generic(path, task_name, split, max_lines)
             if has_b != is_pair:
                 raise DataFileError(f"{path}:1: {'has' if has_b else 'lacks'} column "
                                     f"{TEXT_B_COLUMN!r} but {train_path} "

@@ -68,8 +68,8 @@ from electra_tf.modeling.fused import dropout, gelu, layer_norm
 
 # When True (default), `TransformerLayer` runs its fused forward pass (`_fused_call`); False runs
 # keras-hub's own `TransformerEncoder.call` on the same variables. The two compute the same
-# function with the same dropout masks (tests/test_speed_equivalence.py); the switch exists so
-# tests can compare them.
+# function with the same dropout masks (tests/training/test_speed_equivalence.py); the switch
+# exists so tests can compare them.
 FUSED_BLOCK = True
 
 # keras.layers.Softmax replaces masked attention scores by these values (keras

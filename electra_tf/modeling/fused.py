@@ -41,7 +41,7 @@ kernels, so serving a SavedModel never needs the XLA JIT.
 
 GPU and TPU: the clusters are ordinary XLA functions (on TPU everything is XLA anyway; on GPU XLA
 compiles them for the device), and the hash is plain 32-bit integer arithmetic, so every
-combination runs there unchanged. tests/test_speed_equivalence.py checks every combination
+combination runs there unchanged. tests/training/test_speed_equivalence.py checks every combination
 against the op-by-op path: losses, gradients and weights agree to float rounding.
 """
 

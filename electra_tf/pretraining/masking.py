@@ -129,7 +129,6 @@ def mask_inputs(
     """
     input_ids = tf.cast(input_ids, tf.int32)
     n_slots = int(max_predictions_per_seq)
-    seq_length = tf.shape(input_ids)[1]
 
     candidates = candidates_mask(input_ids, input_mask, special)
     num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)
@@ -139,6 +138,42 @@ def mask_inputs(
     count = tf.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (see module doc)
     masked_lm_weights = tf.sequence_mask(count, n_slots, dtype=tf.float32)
     used = tf.cast(masked_lm_weights, tf.int32)
+    positions, keep_u = _draw_positions(candidates, num_candidates, n_slots, seeds, with_replacement)
+
+    masked_lm_positions = positions * used
+    masked_lm_ids = gather_positions(input_ids, masked_lm_positions) * used
+    replace_with_mask = tf.cast(keep_u < mask_token_prob, tf.int32)
+    masked_ids, _ = scatter_update(
+        input_ids,
+        tf.fill(tf.shape(masked_lm_positions), tf.constant(special.mask_id, tf.int32)),
+        masked_lm_positions * replace_with_mask,
+    )
+    return MaskedInputs(
+        input_ids=tf.stop_gradient(masked_ids),
+        input_mask=input_mask,
+        segment_ids=segment_ids,
+        masked_lm_positions=masked_lm_positions,
+        masked_lm_ids=masked_lm_ids,
+        masked_lm_weights=masked_lm_weights,
+    )
+
+
+def _draw_positions(candidates: tf.Tensor, num_candidates: tf.Tensor, n_slots: int,
+                    seeds: tf.Tensor, with_replacement: bool):
+    """Random candidate positions for the N slots, and each slot's [MASK]-or-keep draw.
+
+    Args:
+        candidates: bool [batch_size, seq_length]. Positions that may be masked.
+        num_candidates: int32 [batch_size]. Their count per row.
+        n_slots: int N.
+        seeds: int [batch_size, 2]. One stateless seed per example.
+        with_replacement: bool. See `mask_inputs`.
+
+    Returns:
+        positions: int32 [batch_size, N], candidate positions (to be zeroed beyond the count).
+        keep_u: float32 [batch_size, N], uniform draws deciding [MASK] vs keep.
+    """
+    seq_length = tf.shape(candidates)[1]
 
     def draws(b, seed):
         position_seed, keep_seed = tf.unstack(
@@ -170,23 +205,7 @@ def mask_inputs(
         keys = tf.where(candidates, position_draws, tf.int64.min)
         keys = tf.pad(keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]], constant_values=tf.int64.min)
         positions = tf.math.top_k(keys, k=n_slots, sorted=True).indices
-
-    masked_lm_positions = positions * used
-    masked_lm_ids = gather_positions(input_ids, masked_lm_positions) * used
-    replace_with_mask = tf.cast(keep_u < mask_token_prob, tf.int32)
-    masked_ids, _ = scatter_update(
-        input_ids,
-        tf.fill(tf.shape(masked_lm_positions), tf.constant(special.mask_id, tf.int32)),
-        masked_lm_positions * replace_with_mask,
-    )
-    return MaskedInputs(
-        input_ids=tf.stop_gradient(masked_ids),
-        input_mask=input_mask,
-        segment_ids=segment_ids,
-        masked_lm_positions=masked_lm_positions,
-        masked_lm_ids=masked_lm_ids,
-        masked_lm_weights=masked_lm_weights,
-    )
+    return positions, keep_u
 
 
 def unmask(masked: MaskedInputs) -> tf.Tensor:

@@ -63,21 +63,8 @@ def scatter_update(
         sequence = sequence[:, :, tf.newaxis]
         updates = updates[:, :, tf.newaxis]
 
-    shape = tf.shape(sequence)
-    batch_size, seq_length, depth = shape[0], shape[1], shape[2]
-    positions = tf.cast(positions, tf.int32)
-    offsets = tf.range(batch_size, dtype=tf.int32)[:, tf.newaxis] * seq_length
-    flat_positions = tf.reshape(positions + offsets, [-1, 1])
-    # scatter_nd sums updates that share an index: the numerator of the duplicate mean.
-    summed = tf.scatter_nd(
-        flat_positions, tf.reshape(updates, [-1, depth]), tf.stack([batch_size * seq_length, depth])
-    )
-    summed = tf.reshape(summed, shape)
-    counts = tf.scatter_nd(
-        flat_positions, tf.ones_like(flat_positions[:, 0]), tf.reshape(batch_size * seq_length, [1])
-    )
-    counts = tf.reshape(counts, [batch_size, seq_length])
-    not_first_token = tf.range(seq_length) > 0
+    summed, counts = _sum_and_count(sequence, updates, positions)
+    not_first_token = tf.range(tf.shape(sequence)[1]) > 0
     counts = tf.where(not_first_token[tf.newaxis, :], counts, tf.zeros_like(counts))
 
     counts_3d = tf.cast(counts[:, :, tf.newaxis], sequence.dtype)
@@ -91,3 +78,29 @@ def scatter_update(
     if not has_depth:
         updated_sequence = updated_sequence[:, :, 0]
     return updated_sequence, updates_mask
+
+
+def _sum_and_count(sequence: tf.Tensor, updates: tf.Tensor, positions: tf.Tensor):
+    """Per position, the sum of the updates aimed at it and their count.
+
+    Args:
+        sequence: [batch_size, seq_length, depth].
+        updates: [batch_size, n_positions, depth].
+        positions: int [batch_size, n_positions].
+
+    Returns:
+        summed: like `sequence`; counts: int32 [batch_size, seq_length].
+    """
+    shape = tf.shape(sequence)
+    batch_size, seq_length, depth = shape[0], shape[1], shape[2]
+    positions = tf.cast(positions, tf.int32)
+    offsets = tf.range(batch_size, dtype=tf.int32)[:, tf.newaxis] * seq_length
+    flat_positions = tf.reshape(positions + offsets, [-1, 1])
+    # scatter_nd sums updates that share an index: the numerator of the duplicate mean.
+    summed = tf.scatter_nd(
+        flat_positions, tf.reshape(updates, [-1, depth]), tf.stack([batch_size * seq_length, depth])
+    )
+    counts = tf.scatter_nd(
+        flat_positions, tf.ones_like(flat_positions[:, 0]), tf.reshape(batch_size * seq_length, [1])
+    )
+    return tf.reshape(summed, shape), tf.reshape(counts, [batch_size, seq_length])

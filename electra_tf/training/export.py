@@ -5,10 +5,10 @@
   `replaced_probs` [batch, seq] (probability each token was replaced) and `sequence_output`
   [batch, seq, hidden];
 - `serve_text`: a batch of raw strings, tokenized in-graph exactly as the dataset builder does
-  (tensorflow-text, with the `do_lower_case` / `strip_accents` recorded in the dataset manifest,
-  see `tokenization_settings`), packed as `[CLS] tokens [SEP]`, truncated to max_seq_length and
-  padded to the longest in the batch -> the same outputs plus the `input_ids` and `input_mask`
-  used.
+  (tensorflow-text, with the `do_lower_case` / `strip_accents` recorded in the dataset
+  manifest, see `run_dir.tokenization_settings`), packed as `[CLS] tokens [SEP]`, truncated to
+  max_seq_length and padded to the longest in the batch -> the same outputs plus the
+  `input_ids` and `input_mask` used.
 
 `model_dir/export/generator/` serves `serving_default` -> `mlm_logits` [batch, seq, vocab]
 (masked-LM logits at every position; feed [MASK] where you want predictions).
@@ -20,29 +20,22 @@ SavedModel; re-exporting the same run replaces the previous export of that run.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
-import tempfile
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import tensorflow as tf
 
+from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import tfrecord_io
 from electra_tf.data.tokenization import Tokenizer
+from electra_tf.training import run_dir
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
 
-EXPORT_DIR_NAME = "export"
 EXTRA_DIR = "assets.extra"  # SavedModel convention for files beside the model
-# Copy of the training dataset's manifest kept in the model dir (written by the trainer): it
-# records how the builder tokenised, which `serve_text` must repeat exactly.
-DATASET_MANIFEST_COPY = "dataset_manifest.json"
-# BERT's default when nothing records the setting (the builder's default too).
-DEFAULT_STRIP_ACCENTS = True
 
 
 def _int_spec(name):
@@ -104,48 +97,9 @@ class GeneratorModule(tf.Module):
         return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
 
 
-class TokenizationSettings(NamedTuple):
-    """How the training data was tokenised (what `serve_text` must do to raw text)."""
-
-    do_lower_case: bool
-    strip_accents: bool
-    source: str
-
-
-def tokenization_settings(config: PretrainingConfig) -> TokenizationSettings:
-    """The builder's `do_lower_case` / `strip_accents`, from the dataset manifest.
-
-    Looks at the manifest copy in the model dir (saved when training started), then at the
-    manifest beside the training shards; without either, `config.do_lower_case` and BERT's
-    default accent stripping.
-    """
-    candidates = [os.path.join(config.model_dir, DATASET_MANIFEST_COPY)]
-    if config.pretrain_tfrecords:
-        first_pattern = config.pretrain_tfrecords.split(",")[0].strip()
-        candidates.append(os.path.join(os.path.dirname(first_pattern), tfrecord_io.MANIFEST_NAME))
-    for path in candidates:
-        try:
-            with open(path, encoding="utf-8") as f:
-                manifest = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(manifest, dict) and "do_lower_case" in manifest:
-            return TokenizationSettings(bool(manifest["do_lower_case"]),
-                                        bool(manifest.get("strip_accents", DEFAULT_STRIP_ACCENTS)),
-                                        path)
-    return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
-
-
-def _readable_by_all(path: str) -> None:
-    # mkdtemp creates 0700; an export is meant to be shared (served by another user).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o777 & ~umask)
-
-
 def save_atomically(module: tf.Module, signatures: dict, target: str, extra_files: dict,
                     extra_texts: Optional[dict] = None) -> str:
-    """Saves a SavedModel to `target` via a temporary directory and a rename.
+    """Saves a SavedModel to `target` via a temporary directory and a rename (`atomic_path`).
 
     Args:
         module: the tf.Module to save.
@@ -158,34 +112,21 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
     Returns:
         target.
     """
-    parent = os.path.dirname(os.path.abspath(target))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
     tf_logger = logging.getLogger("tensorflow")
     tf_level = tf_logger.level
     try:
-        _readable_by_all(staging)
-        # While saving, TensorFlow warns about every captured constant's auto-generated name
-        # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
-        tf_logger.setLevel(max(tf_level, logging.ERROR))
-        tf.saved_model.save(module, staging, signatures=signatures)
-        extra = os.path.join(staging, EXTRA_DIR)
-        os.makedirs(extra, exist_ok=True)
-        for name, source in extra_files.items():
-            shutil.copyfile(source, os.path.join(extra, name))
-        for name, text in (extra_texts or {}).items():
-            with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
-                f.write(text)
-        if os.path.exists(target):
-            old = staging + ".old"
-            os.replace(target, old)
-            os.replace(staging, target)
-            shutil.rmtree(old)
-        else:
-            os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        with atomic_path(target, directory=True) as staging:
+            # While saving, TensorFlow warns about every captured constant's auto-generated name
+            # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
+            tf_logger.setLevel(max(tf_level, logging.ERROR))
+            tf.saved_model.save(module, staging, signatures=signatures)
+            extra = os.path.join(staging, EXTRA_DIR)
+            os.makedirs(extra, exist_ok=True)
+            for name, source in extra_files.items():
+                shutil.copyfile(source, os.path.join(extra, name))
+            for name, text in (extra_texts or {}).items():
+                with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
+                    f.write(text)
     finally:
         tf_logger.setLevel(tf_level)
     return target
@@ -202,14 +143,14 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig) -> dict:
     Returns:
         {"discriminator": path or None, "generator": path or None}.
     """
-    export_dir = os.path.join(config.model_dir, EXPORT_DIR_NAME)
-    extra = {"vocab.txt": vocab.path}
-    config_path = os.path.join(config.model_dir, "config.json")
+    export_dir = os.path.join(config.model_dir, run_dir.EXPORT_DIR)
+    extra = {run_dir.VOCAB_NAME: vocab.path}
+    config_path = os.path.join(config.model_dir, run_dir.CONFIG_NAME)
     if os.path.exists(config_path):
-        extra["config.json"] = config_path
+        extra[run_dir.CONFIG_NAME] = config_path
     paths = {"discriminator": None, "generator": None}
     if model.discriminator_head is not None:
-        settings = tokenization_settings(config)
+        settings = run_dir.tokenization_settings(config)
         logger.info("serve_text tokenises with do_lower_case=%s, strip_accents=%s (from %s)",
                     settings.do_lower_case, settings.strip_accents, settings.source)
         tokenizer = Tokenizer(vocab, do_lower_case=settings.do_lower_case,

@@ -3,21 +3,11 @@
 * `WarmupPolynomialDecay`: lr(t) = lr0 * (1 - min(t, T)/T)^power * min(1, t/W). The warmup factor
   MULTIPLIES the decay (it is not BERT's switch-over schedule), so lr(0) = 0 and the first update
   leaves the weights unchanged while Adam's moments still move.
-* `AdamWeightDecay`: the official AdamWeightDecayOptimizer. Adam without bias correction, epsilon
-  1e-6 added to sqrt(v), decoupled weight decay 0.01 scaled by the learning rate, skipped for
-  variables whose path matches "LayerNorm", "layer_norm" or "bias".
-* `Lamb`: LAMB for large global batches (NVIDIA's ELECTRA uses it; the official code has none).
+* The optimizers (`AdamWeightDecay`, `Lamb`) are in `optimizers.py`.
 * `clip_by_global_norm`: one joint norm over ALL gradients (generator and discriminator).
 * `apply_gradients`: the training-step helper. It sums the gradients across replicas, clips the SUM
   and applies it, so a distributed step at a given global batch matches one device.
 * `create_optimizer`: builds the optimizer and schedule from a `PretrainingConfig`.
-
-Which name the exclusion and multiplier patterns see: the Keras 3 variable `.path`, e.g.
-"electra/encoder/layer_0/attention/output/LayerNorm/gamma" (the official checkpoint name when layers
-are named as the official scopes), or "transformer_layer_0/self_attention_layer_norm/gamma" for a
-keras-hub layer. A Keras 3 variable's `.name` is only its last component ("gamma", "kernel"), which
-could never match "LayerNorm", so `.name` is used only for raw `tf.Variable`s, which have no `.path`
-(without the ":0" suffix). Patterns are matched with `re.search`, as the official does.
 
 Distributed use: Keras 3's TF optimizer, when `apply()` runs in a replica context, first sums the
 gradients across replicas (`TFOptimizer._backend_update_step` -> `_all_reduce_sum_gradients`) and
@@ -30,41 +20,17 @@ inside a scope that tells the project optimizers to skip their own (now redundan
 from __future__ import annotations
 
 import contextlib
-import re
-import threading
-from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import List, NamedTuple, Optional, Sequence, Union
 
 import keras
 import tensorflow as tf
 
-# --- Official constants (google-research/electra model/optimization.py) -------------------------
-# AdamWeightDecayOptimizer(beta_1=0.9, beta_2=0.999, epsilon=1e-6, ...).
-ADAM_BETA_1 = 0.9
-ADAM_BETA_2 = 0.999
-ADAM_EPSILON = 1e-6
-# configure_pretraining.py: weight_decay_rate = 0.01.
-WEIGHT_DECAY_RATE = 0.01
-# create_optimizer(): exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"].
-EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-# create_optimizer(): tf.clip_by_global_norm(grads, clip_norm=1.0).
+from electra_tf.training.optimizers import (AdamWeightDecay, DecoupledWeightDecayOptimizer, Lamb,
+                                            LrMultipliers)
+
+# create_optimizer(): tf.clip_by_global_norm(grads, clip_norm=1.0) (official).
 CLIP_NORM = 1.0
-
 OPTIMIZER_NAMES = ("adamw", "lamb")
-
-LrMultipliers = Union[None, Mapping[str, float], Callable[[str], float]]
-
-
-def variable_name(variable) -> str:
-    """The string the exclusion / multiplier patterns are matched against.
-
-    Args:
-        variable: a Keras 3 variable (its `.path`) or a raw `tf.Variable` (its `.name` without the
-            ":0" output suffix).
-    """
-    path = getattr(variable, "path", None)
-    if path:
-        return path
-    return re.sub(r":\d+$", "", variable.name)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -132,325 +98,6 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_proportion": self.warmup_proportion,
             "lr_decay_power": self.lr_decay_power,
         }
-
-
-# ------------------------------------------------------------------------------------------------
-# Optimizers
-# ------------------------------------------------------------------------------------------------
-class _ReplicaSumState:
-    """Counts the `apply_gradients` calls in flight that have already summed across replicas.
-
-    A counter (not a flag, not thread-local): under MirroredStrategy every replica runs in its own
-    thread, and Keras' LossScaleOptimizer applies the inner optimizer from yet other threads, so
-    each entering replica increments and each leaving one decrements, under a lock. Replicas only
-    leave after the update's merge_call barrier, i.e. after every replica has read the counter.
-    """
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.depth = 0
-
-
-class _DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
-    """Shared machinery: exclusion patterns, per-variable LR multipliers, pre-summed gradients.
-
-    Per-variable decisions (decay or not, LR multiplier) are taken once in `build()` from the
-    variable paths and looked up by index in `update_step`, which under tf.distribute only sees
-    the per-device component variables.
-    """
-
-    def __init__(self, learning_rate, weight_decay_rate: float = WEIGHT_DECAY_RATE,
-                 beta_1: float = ADAM_BETA_1, beta_2: float = ADAM_BETA_2,
-                 epsilon: float = ADAM_EPSILON,
-                 exclude_from_weight_decay: Optional[Sequence[str]] = EXCLUDE_FROM_WEIGHT_DECAY,
-                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None, **kwargs):
-        if kwargs.get("weight_decay") is not None:
-            raise ValueError(
-                f"{type(self).__name__} takes weight_decay_rate (the official decoupled decay), "
-                f"not Keras' weight_decay={kwargs['weight_decay']}")
-        kwargs.pop("weight_decay", None)
-        if isinstance(learning_rate, int) and not isinstance(learning_rate, bool):
-            learning_rate = float(learning_rate)  # Keras accepts only float or a schedule
-        super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        if weight_decay_rate < 0:
-            raise ValueError(f"weight_decay_rate must be >= 0, got {weight_decay_rate}")
-        if lr_multipliers is not None and not (callable(lr_multipliers)
-                                               or isinstance(lr_multipliers, Mapping)):
-            raise ValueError("lr_multipliers must be None, a dict {regex: multiplier} or a "
-                             f"callable(path) -> multiplier, got {type(lr_multipliers).__name__}")
-        self.weight_decay_rate = weight_decay_rate
-        self.beta_1 = beta_1
-        self.beta_2 = beta_2
-        self.epsilon = epsilon
-        self.exclude_from_weight_decay = (None if exclude_from_weight_decay is None
-                                          else list(exclude_from_weight_decay))
-        self.lr_multipliers = (dict(lr_multipliers) if isinstance(lr_multipliers, Mapping)
-                               else lr_multipliers)
-        self._replica_sum = _ReplicaSumState()
-
-    # --- Per-variable decisions ------------------------------------------------------------------
-    def use_weight_decay(self, variable) -> bool:
-        """True if `variable` is decayed: wd > 0 and no exclusion pattern re.search-matches it."""
-        if not self.weight_decay_rate:
-            return False
-        name = variable_name(variable)
-        return not any(re.search(p, name) for p in (self.exclude_from_weight_decay or ()))
-
-    def lr_multiplier(self, variable) -> float:
-        """The learning-rate multiplier of `variable`: the first matching regex wins, else 1."""
-        if self.lr_multipliers is None:
-            return 1.0
-        name = variable_name(variable)
-        if callable(self.lr_multipliers):
-            return float(self.lr_multipliers(name))
-        for pattern, multiplier in self.lr_multipliers.items():
-            if re.search(pattern, name):
-                return float(multiplier)
-        return 1.0
-
-    def build(self, var_list):
-        if self.built:
-            return
-        super().build(var_list)
-        # Tuples of plain Python values: decided once, by path, while the Keras variables are at
-        # hand; update_step only sees per-device component variables under tf.distribute.
-        self._weight_decay_flags = tuple(self.use_weight_decay(v) for v in var_list)
-        self._lr_multiplier_values = tuple(self.lr_multiplier(v) for v in var_list)
-        self._build_slots(var_list)
-
-    def _build_slots(self, var_list):
-        raise NotImplementedError
-
-    # --- Distribution: skip Keras' summation when apply_gradients already did it ---------------
-    @contextlib.contextmanager
-    def _gradients_summed_across_replicas(self):
-        with self._replica_sum.lock:
-            self._replica_sum.depth += 1
-        try:
-            yield
-        finally:
-            with self._replica_sum.lock:
-                self._replica_sum.depth -= 1
-
-    def _all_reduce_sum_gradients(self, grads_and_vars):
-        # Overrides keras' TFOptimizer hook (keras/src/backend/tensorflow/optimizer.py), called
-        # from _backend_update_step in a replica context. Inside apply_gradients the gradients
-        # are already the cross-replica sum, and summing again would multiply them by the
-        # number of replicas.
-        if self._replica_sum.depth > 0:
-            return list(grads_and_vars)
-        return super()._all_reduce_sum_gradients(grads_and_vars)
-
-    # --- Shared maths ------------------------------------------------------------------------
-    def _moments(self, gradient, variable, index):
-        """Updates m and v in place and returns their new values (no bias correction)."""
-        dtype = variable.dtype
-        # Dense, as the official: m and v of rows without gradient still decay, and weight decay
-        # touches every row of an embedding table.
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
-        m_var = self._adam_m[index]
-        v_var = self._adam_v[index]
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
-        next_m = beta_1 * m_var + (1.0 - beta_1) * gradient
-        next_v = beta_2 * v_var + (1.0 - beta_2) * tf.square(gradient)
-        self.assign(m_var, next_m)
-        self.assign(v_var, next_v)
-        return next_m, next_v
-
-    def get_slot(self, variable, slot_name: str):
-        """The optimizer slot ("adam_m" or "adam_v") of a model variable (for converters)."""
-        slots = {"adam_m": self._adam_m, "adam_v": self._adam_v}
-        if slot_name not in slots:
-            raise ValueError(f"unknown slot {slot_name!r}; slots are {', '.join(slots)}")
-        return slots[slot_name][self._get_variable_index(variable)]
-
-    def get_config(self) -> dict:
-        if callable(self.lr_multipliers):
-            raise ValueError(f"{type(self).__name__}.get_config: a callable lr_multipliers "
-                             "cannot be serialised; pass a dict {regex: multiplier} instead")
-        config = super().get_config()
-        config.update({
-            "weight_decay_rate": self.weight_decay_rate,
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "exclude_from_weight_decay": self.exclude_from_weight_decay,
-            "lr_multipliers": self.lr_multipliers,
-        })
-        return config
-
-    @classmethod
-    def from_config(cls, config, custom_objects=None):
-        # Keras' base from_config replaces config["learning_rate"] in place; work on a copy so
-        # the caller's (JSON) config is left untouched.
-        return super().from_config(dict(config), custom_objects=custom_objects)
-
-
-def _fusable_handles(variable, m, v):
-    """(var handle, m handle, v handle, var) when all three are plain resource variables, else None.
-
-    The fused kernels take resource handles, which are only unambiguous for ordinary (one-device)
-    variables; distributed variables (MirroredStrategy) keep the per-op path, whose assignments
-    go through tf.distribute's update context.
-    """
-    values = [getattr(x, "value", x) if isinstance(x, keras.Variable) else x
-              for x in (variable, m, v)]
-    for x in values:
-        if (isinstance(x, tf.distribute.DistributedValues) or not isinstance(x, tf.Variable)
-                or not hasattr(x, "handle")):
-            return None
-    return values[0].handle, values[1].handle, values[2].handle, values[0]
-
-
-@keras.saving.register_keras_serializable(package="electra_tf")
-class AdamWeightDecay(_DecoupledWeightDecayOptimizer):
-    """The official AdamWeightDecayOptimizer (parity item 31).
-
-    Per variable, with g its gradient and lr_t the scheduled rate (times the variable's multiplier):
-
-        m <- beta_1 * m + (1 - beta_1) * g
-        v <- beta_2 * v + (1 - beta_2) * g^2
-        update = m / (sqrt(v) + epsilon)                 # NO bias correction
-        update += weight_decay_rate * param              # unless excluded
-        param <- param - lr_t * update
-
-    Slots are named "<variable path with _>_adam_m" / "_adam_v" (the official `<var>/adam_m`,
-    `<var>/adam_v`); `get_slot(variable, "adam_m")` returns them. No beta-power variables exist.
-
-    Args:
-        learning_rate: float or LearningRateSchedule (e.g. `WarmupPolynomialDecay`).
-        weight_decay_rate: float. Decoupled decay coefficient, scaled by the learning rate.
-        beta_1: float. First-moment decay.
-        beta_2: float. Second-moment decay.
-        epsilon: float. Added to sqrt(v) (outside the root, as the official).
-        exclude_from_weight_decay: list of regexes; a variable whose path re.search-matches one
-            of them is not decayed. None decays every variable. (The attribute of this name
-            replaces Keras' `exclude_from_weight_decay()` method, which only configures Keras'
-            own `weight_decay`, unused here.)
-        lr_multipliers: None, a dict {regex: multiplier} (first match in order wins, unmatched
-            variables get 1.0) or a callable(path) -> multiplier, e.g. for the fine-tuning
-            layer-wise decay (official section 6.3). Decay is scaled by the multiplied rate too,
-            as in the official per-group optimizers. Only the dict form serialises.
-        name: str. Optimizer name.
-        **kwargs: Keras base optimizer arguments. Prefer `apply_gradients(..., clip_norm=)` to
-            Keras' `global_clipnorm`, which clips per replica before the cross-replica sum.
-    """
-
-    def _build_slots(self, var_list):
-        self._adam_m, self._adam_v = self.add_optimizer_variables(var_list, ["adam_m", "adam_v"])
-
-    def update_step(self, gradient, variable, learning_rate):
-        index = self._get_variable_index(variable)
-        dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
-        handles = _fusable_handles(variable, self._adam_m[index], self._adam_v[index])
-        if handles is not None:
-            self._fused_update(gradient, handles, lr, index)
-            return
-        next_m, next_v = self._moments(gradient, variable, index)
-        update = next_m / (tf.sqrt(next_v) + tf.cast(self.epsilon, dtype))
-        if self._weight_decay_flags[index]:
-            update += tf.cast(self.weight_decay_rate, dtype) * variable
-        self.assign_sub(variable, lr * update)
-
-    def _fused_update(self, gradient, handles, lr, index):
-        """The same update with TensorFlow's fused kernels: one pass over m, v and the weights.
-
-        ResourceApplyAdam computes m, v and var -= lr_t * m / (sqrt(v) + epsilon) in one
-        vectorised loop, with lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power): powers of 0
-        give lr_t = lr, i.e. the official update WITHOUT bias correction. The decoupled decay
-        lr * wd * var is taken from the weights before the Adam step (as official: the step does
-        not read the weights), by one fused var -= alpha * var. Equal to the unfused formula up to
-        float rounding (tests/test_optimization.py compares both with the float64 reference).
-        Measured on ELECTRA-small (13.5M weights, 2-core CPU): ~17 elementwise passes per
-        variable become 1-2.
-        """
-        var_handle, m_handle, v_handle, var = handles
-        dtype = var.dtype
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
-        if self._weight_decay_flags[index]:
-            tf.raw_ops.ResourceApplyGradientDescent(
-                var=var_handle, alpha=lr * tf.cast(self.weight_decay_rate, dtype),
-                delta=var.read_value())
-        zero = tf.constant(0.0, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var_handle, m=m_handle, v=v_handle, beta1_power=zero, beta2_power=zero, lr=lr,
-            beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype),
-            epsilon=tf.cast(self.epsilon, dtype), grad=gradient)
-
-
-@keras.saving.register_keras_serializable(package="electra_tf")
-class Lamb(_DecoupledWeightDecayOptimizer):
-    """LAMB (You et al. 2019) with the same exclusion lists, for large global batches.
-
-    The official ELECTRA has no LAMB; NVIDIA's ELECTRA uses TF-Addons' `LAMB` with
-    exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"], and this follows its semantics:
-
-        m, v as Adam;  m_hat = m / (1 - beta_1^t),  v_hat = v / (1 - beta_2^t)   (t = step + 1)
-        update = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * param   (unless excluded)
-        ratio = ||param|| / ||update|| if both norms > 0 else 1   (unless excluded from adaptation)
-        param <- param - lr_t * ratio * update
-
-    `keras.optimizers.Lamb` is not used: its weight decay is applied outside the trust ratio, it
-    matches exclusions against the variable's short `.name` (so "LayerNorm" never matches), and
-    it adapts every variable.
-
-    Args:
-        learning_rate, weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
-        lr_multipliers, name, **kwargs: as `AdamWeightDecay`.
-        exclude_from_layer_adaptation: list of regexes whose variables get ratio 1. None (the
-            default) uses exclude_from_weight_decay, as TF-Addons; [] adapts every variable.
-    """
-
-    def __init__(self, learning_rate, weight_decay_rate: float = WEIGHT_DECAY_RATE,
-                 beta_1: float = ADAM_BETA_1, beta_2: float = ADAM_BETA_2,
-                 epsilon: float = ADAM_EPSILON,
-                 exclude_from_weight_decay: Optional[Sequence[str]] = EXCLUDE_FROM_WEIGHT_DECAY,
-                 exclude_from_layer_adaptation: Optional[Sequence[str]] = None,
-                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None, **kwargs):
-        super().__init__(learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
-                         beta_2=beta_2, epsilon=epsilon,
-                         exclude_from_weight_decay=exclude_from_weight_decay,
-                         lr_multipliers=lr_multipliers, name=name, **kwargs)
-        self.exclude_from_layer_adaptation = (None if exclude_from_layer_adaptation is None
-                                              else list(exclude_from_layer_adaptation))
-
-    def use_layer_adaptation(self, variable) -> bool:
-        """True if the trust ratio applies to `variable`."""
-        patterns = (self.exclude_from_layer_adaptation
-                    if self.exclude_from_layer_adaptation is not None
-                    else self.exclude_from_weight_decay) or ()
-        name = variable_name(variable)
-        return not any(re.search(p, name) for p in patterns)
-
-    def _build_slots(self, var_list):
-        self._layer_adaptation_flags = tuple(self.use_layer_adaptation(v) for v in var_list)
-        self._adam_m, self._adam_v = self.add_optimizer_variables(var_list, ["adam_m", "adam_v"])
-
-    def update_step(self, gradient, variable, learning_rate):
-        index = self._get_variable_index(variable)
-        dtype = variable.dtype
-        next_m, next_v = self._moments(gradient, variable, index)
-        t = tf.cast(self.iterations + 1, dtype)
-        m_hat = next_m / (1.0 - tf.pow(tf.cast(self.beta_1, dtype), t))
-        v_hat = next_v / (1.0 - tf.pow(tf.cast(self.beta_2, dtype), t))
-        update = m_hat / (tf.sqrt(v_hat) + tf.cast(self.epsilon, dtype))
-        if self._weight_decay_flags[index]:
-            update += tf.cast(self.weight_decay_rate, dtype) * variable
-        ratio = tf.constant(1.0, dtype)
-        if self._layer_adaptation_flags[index]:
-            w_norm = tf.norm(variable)
-            u_norm = tf.norm(update)
-            # Both branches are evaluated; a 0 norm's inf only ever lands in an unselected one.
-            ratio = tf.where(w_norm > 0.0, tf.where(u_norm > 0.0, w_norm / u_norm, 1.0), 1.0)
-        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
-        self.assign_sub(variable, lr * ratio * update)
-
-    def get_config(self) -> dict:
-        config = super().get_config()
-        config["exclude_from_layer_adaptation"] = self.exclude_from_layer_adaptation
-        return config
 
 
 # ------------------------------------------------------------------------------------------------
@@ -547,25 +194,10 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
     """
     grads = list(grads)
     variables = list(variables)
-    if len(grads) != len(variables):
-        raise ValueError(f"apply_gradients: {len(grads)} gradients for {len(variables)} variables")
-    if tf.distribute.in_cross_replica_context():
-        raise RuntimeError("apply_gradients must run in a replica context: call it inside "
-                           "strategy.run(...), where the gradients were computed")
-    replica_context = tf.distribute.get_replica_context()
+    replica_context = _check_can_apply(optimizer, grads, variables)
     num_replicas = replica_context.num_replicas_in_sync
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     inner = optimizer.inner_optimizer if loss_scaled else optimizer
-    if num_replicas > 1 and not isinstance(inner, _DecoupledWeightDecayOptimizer):
-        raise TypeError(f"apply_gradients under {num_replicas} replicas needs an AdamWeightDecay "
-                        f"or Lamb optimizer (got {type(inner).__name__}), which can skip "
-                        "Keras' second cross-replica sum")
-    if not optimizer.built:
-        if num_replicas > 1:
-            raise ValueError("build the optimizer before the first distributed step: "
-                             "optimizer.build(model.trainable_variables) under strategy.scope()")
-        optimizer.build(variables)
-
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
         raise ValueError("apply_gradients: every gradient is None (no variable reaches the loss)")
@@ -586,10 +218,37 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
 
     # Only variables with a gradient are passed: Keras would otherwise warn on every trace.
     context = (inner._gradients_summed_across_replicas()
-               if isinstance(inner, _DecoupledWeightDecayOptimizer) else contextlib.nullcontext())
+               if isinstance(inner, DecoupledWeightDecayOptimizer) else contextlib.nullcontext())
     with context:
         optimizer.apply([grads[i] for i in present], [variables[i] for i in present])
     return norm
+
+
+def _check_can_apply(optimizer: keras.optimizers.Optimizer, grads: List, variables: List):
+    """The replica context `apply_gradients` runs in; builds a single-device optimizer if needed.
+
+    Raises:
+        ValueError, RuntimeError, TypeError: a call that cannot give the official update.
+    """
+    if len(grads) != len(variables):
+        raise ValueError(f"apply_gradients: {len(grads)} gradients for {len(variables)} variables")
+    if tf.distribute.in_cross_replica_context():
+        raise RuntimeError("apply_gradients must run in a replica context: call it inside "
+                           "strategy.run(...), where the gradients were computed")
+    replica_context = tf.distribute.get_replica_context()
+    num_replicas = replica_context.num_replicas_in_sync
+    inner = (optimizer.inner_optimizer
+             if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else optimizer)
+    if num_replicas > 1 and not isinstance(inner, DecoupledWeightDecayOptimizer):
+        raise TypeError(f"apply_gradients under {num_replicas} replicas needs an AdamWeightDecay "
+                        f"or Lamb optimizer (got {type(inner).__name__}), which can skip "
+                        "Keras' second cross-replica sum")
+    if not optimizer.built:
+        if num_replicas > 1:
+            raise ValueError("build the optimizer before the first distributed step: "
+                             "optimizer.build(model.trainable_variables) under strategy.scope()")
+        optimizer.build(variables)
+    return replica_context
 
 
 # ------------------------------------------------------------------------------------------------
@@ -598,7 +257,7 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
 class OptimizerAndSchedule(NamedTuple):
     """Result of `create_optimizer`."""
 
-    optimizer: _DecoupledWeightDecayOptimizer
+    optimizer: DecoupledWeightDecayOptimizer
     schedule: WarmupPolynomialDecay
 
 

@@ -15,9 +15,10 @@ from typing import Optional
 import tensorflow as tf
 
 from electra_tf.config import STRATEGIES
+from electra_tf.errors import ElectraError
 
 
-class StrategyError(ValueError):
+class StrategyError(ElectraError, ValueError):
     """The requested strategy cannot be created here."""
 
 

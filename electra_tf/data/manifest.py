@@ -1,0 +1,171 @@
+"""The dataset manifest (`manifest.json`) the builder writes last: settings, counts, provenance.
+
+Readers (`tfrecord_io.read_manifest`, the trainer) need `format_version`, `max_seq_length`,
+`vocab` and `splits`; the rest documents the build. Format 2 (this builder) adds the global
+shuffle (`shuffle`), the input format and the input problems; format 1 data was written in
+corpus order (the trainer warns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import re
+from datetime import datetime, timezone
+from typing import Dict, List, Optional
+
+from electra_tf.data.corpus import ReadStats
+from electra_tf.data.packing import HISTOGRAM_BUCKET_WIDTH, PackStats, SplitStats
+from electra_tf.data.tfrecord_io import FEATURE_NAMES, MANIFEST_FORMAT_VERSION
+from electra_tf.vocab import Vocab
+
+MAX_LISTED_PROBLEMS = 100  # problems listed in the manifest (all are in inputs.jsonl)
+
+
+def versions() -> dict:
+    """Versions of Python, TensorFlow, tensorflow-text and electra_tf (from a checkout too)."""
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    electra_tf_version = version("electra-tf")
+    if electra_tf_version == "not installed":  # running from a source checkout
+        electra_tf_version = _source_tree_version()
+    return {"python": platform.python_version(), "tensorflow": version("tensorflow"),
+            "tensorflow-text": version("tensorflow-text"), "electra_tf": electra_tf_version}
+
+
+def _source_tree_version() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        with open(os.path.join(root, "pyproject.toml"), encoding="utf-8") as f:
+            match = re.search(r'^version\s*=\s*"([^"]+)"', f.read(), re.MULTILINE)
+        return match.group(1) if match else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def write_json_atomic(path: str, data: dict, temp_prefix: str = ".partial-") -> None:
+    """Writes JSON to a hidden temporary file beside `path`, then renames it over `path`."""
+    tmp = os.path.join(os.path.dirname(path), temp_prefix + os.path.basename(path))
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass
+class BuildTotals:
+    """Everything the jobs counted, merged."""
+
+    read: ReadStats
+    pack: PackStats
+    problems: List[dict]  # at most MAX_LISTED_PROBLEMS, sorted by file and kind
+    num_problems: int
+    shard_counts: Dict[str, Dict[int, int]]  # split -> shard index -> examples
+
+
+def merge_pack_results(results: List[dict], max_seq_length: int) -> BuildTotals:
+    """Sums the `BuildWorker.pack` results; histograms get their full length."""
+    read, pack = ReadStats(), PackStats()
+    num_buckets = -(-max_seq_length // HISTOGRAM_BUCKET_WIDTH)
+    for split in pack.splits:
+        pack.splits[split] = SplitStats(length_histogram=[0] * num_buckets)
+    problems, num_problems = [], 0
+    for result in results:
+        fields = dict(result["read"])
+        problems += fields.pop("problems")
+        read.add(ReadStats(**fields))
+        pack.add(PackStats.from_dict(result["pack"]))
+        num_problems += result["problems"]
+    problems.sort(key=lambda e: (e["file"], e["problem"]))
+    return BuildTotals(read, pack, problems[:MAX_LISTED_PROBLEMS], num_problems, {})
+
+
+def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTotals,
+                   shards: Dict[str, List[dict]], started_at: datetime, elapsed: float,
+                   phases: Dict[str, float], inputs_name: Optional[str]) -> dict:
+    """The manifest dict (see the module docstring); `config` is the resolved BuildConfig and
+    `plan` the builder's plan (process and shard counts, bucket layouts)."""
+    splits, read = totals.pack.splits, totals.read
+    total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
+    for stats in splits.values():
+        total.add(stats)
+
+    def split_entry(split: str) -> dict:
+        entry = dataclasses.asdict(splits[split])
+        entry["single_segment_fraction"] = splits[split].single_segment / max(
+            splits[split].examples, 1)
+        entry["shards"] = shards[split]
+        return entry
+
+    per_second = 1.0 / max(elapsed, 1e-9)
+    tokenized = totals.pack.tokenized_tokens
+    return {
+        "format_version": MANIFEST_FORMAT_VERSION,
+        "features": {name: ["int64", config.max_seq_length] for name in FEATURE_NAMES},
+        "max_seq_length": config.max_seq_length,
+        "vocab": {"path": config.vocab_file, "sha256": vocab.sha256, "size": vocab.size,
+                  "learned": config.learn_vocab is not None,
+                  "special_ids": vocab.special._asdict()},
+        "do_lower_case": config.do_lower_case,
+        "strip_accents": config.strip_accents,
+        "input_format": config.input_format,
+        "blanks_separate_docs": config.blanks_separate_docs,
+        "jsonl_text_field": config.jsonl_text_field,
+        "bad_input": config.bad_input,
+        "seed": config.seed,
+        "eval_fraction": config.eval_fraction,
+        "corpus_dir": config.corpus_dir,
+        "num_processes": plan.num_processes,
+        "num_out_files_requested": plan.num_out_files,
+        "num_eval_files_requested": plan.num_eval_files,
+        "shuffle": {"method": "global", "memory_bytes": config.shuffle_memory_mb << 20,
+                    "buckets": {split: layout.num_buckets
+                                for split, layout in plan.layouts.items()}},
+        "splits": {"train": split_entry("train"), "eval": split_entry("eval")},
+        "counts": {
+            "files": num_files,
+            "corpus_bytes": read.bytes_read,
+            "documents": total.documents,
+            "sentences": total.sentences,
+            "lines": read.lines,
+            "blank_lines": read.blank_lines,
+            "examples": total.examples,
+            "tokenized_tokens": tokenized,
+            "example_tokens": total.tokens,
+            "unk_tokens": totals.pack.unk_tokens,
+            "unk_rate": totals.pack.unk_tokens / max(tokenized, 1),
+            "truncated_tokens": total.truncated_tokens,
+            "undecodable_bytes": read.undecodable_bytes,
+            "nul_bytes": read.nul_bytes,
+            "crlf_line_ends": read.crlf_line_ends,
+            "bom_files": read.bom_files,
+            "lines_split": read.lines_split,
+            "skipped_documents": read.skipped_documents,
+            "damaged_files": read.damaged_files,
+            "input_problems": totals.num_problems,
+        },
+        "input_problems": totals.problems,
+        "inputs_file": inputs_name,
+        "length_histogram": {"bucket_width": HISTOGRAM_BUCKET_WIDTH,
+                             "counts": total.length_histogram},
+        "single_segment_fraction": total.single_segment / max(total.examples, 1),
+        "command": config.command,
+        "versions": versions(),
+        "started_at": started_at.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_seconds": round(elapsed, 3),
+        "phase_seconds": {name: round(seconds, 3) for name, seconds in phases.items()},
+        "throughput": {
+            "tokens_per_second": round(tokenized * per_second, 1),
+            "examples_per_second": round(total.examples * per_second, 1),
+            "megabytes_per_second": round(read.bytes_read / 1e6 * per_second, 3),
+        },
+    }

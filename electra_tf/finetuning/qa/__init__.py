@@ -1,0 +1,10 @@
+"""Extractive question answering (official `finetune/qa/`): SQuAD 1.1 (`squadv1`), SQuAD 2.0
+(`squad`) and the MRQA 2019 tasks (`newsqa`, `naturalqs`, `triviaqa`, `searchqa`).
+
+Modules: `data` (the SQuAD JSON and MRQA JSON Lines readers, whitespace words and character
+offsets), `features` (WordPiece alignment, answer refinement, `doc_stride` windows, max-context),
+`head` (start/end logits, joint beam prediction, the answerable classifier, the loss),
+`decoding` (n-best decoding, `get_final_text`), `evaluation` (the official SQuAD 1.1 / 2.0 and
+MRQA evaluation), `task` (the `FinetuningTask`), `serving` (the exported question + context
+signature, decoding in-graph).
+"""

@@ -1,0 +1,181 @@
+"""The trainer's checkpoint: what it holds, saving, and the three ways a run starts.
+
+A checkpoint holds what makes a resumed run bit-identical to an uninterrupted one: the model
+(with the dropout seed-generator states), the optimizer (with the step counter) and, in a
+training run, the position of this worker's data iterator plus the key of the pipeline it
+belongs to (`inputs.train_data_key`). Under MultiWorkerMirroredStrategy every worker saves (the
+save is collective): the chief into the run directory, the others into their own
+(`run_dir.worker_checkpoint_dir`).
+
+A run starts from (in this order): its own latest intact checkpoint (`restore`), weights
+imported by `from-google` (`restore_imported`: model and step, fresh optimizer), or nothing;
+stage 2 of two-stage training then copies a stage-1 run's weights in (`start_two_stage`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf.errors import TrainingError, error_line
+from electra_tf.training import run_dir
+
+logger = logging.getLogger("electra_tf")
+
+# Checkpoint entry holding the training pipeline's key: the saved data position is only
+# restored into the pipeline it came from.
+TRAIN_DATA_KEY_NAME = "train_data_key"
+
+
+class RunCheckpoint:
+    """A `tf.train.Checkpoint` of the model and optimizer (and data position) with its manager.
+
+    Args:
+        model: the ElectraPretrainer.
+        optimizer: its optimizer; its `iterations` number the checkpoints (`ckpt-<step>`).
+        directory: str. Where this worker saves.
+        max_to_keep: int or None. Checkpoints kept (None: all).
+        data_iterator: optional tf.data iterator whose position is saved too (training).
+        data_key: str. The key of that iterator's pipeline (`inputs.train_data_key`).
+    """
+
+    def __init__(self, model, optimizer, directory: str, max_to_keep: Optional[int],
+                 data_iterator=None, data_key: Optional[str] = None):
+        self.model = model
+        self.optimizer = optimizer
+        self.directory = directory
+        self.max_to_keep = max_to_keep
+        self.track_data(data_iterator, data_key)
+
+    def _model_items(self) -> dict:
+        return {"model": self.model, "optimizer": self.optimizer,
+                "rng_state": list(self.model.non_trainable_variables)}
+
+    def track_data(self, iterator, key: Optional[str]) -> None:
+        """Saves `iterator`'s position (and `key`, its pipeline) from now on (None: no data)."""
+        items = self._model_items()
+        if iterator is not None:
+            items["train_data"] = iterator
+            items[TRAIN_DATA_KEY_NAME] = tf.Variable(key, trainable=False, dtype=tf.string)
+        self.data_key = key if iterator is not None else None
+        self.checkpoint = tf.train.Checkpoint(**items)
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self.directory, max_to_keep=self.max_to_keep,
+            step_counter=self.optimizer.iterations, checkpoint_interval=None)
+
+    @property
+    def latest(self) -> Optional[str]:
+        return self.manager.latest_checkpoint
+
+    def save(self, step: int) -> str:
+        """Saves `ckpt-<step>`; a failed save (disk full, unwritable directory) is a TrainingError.
+
+        TensorFlow writes the data under a temporary name and the `checkpoint` state file last,
+        so a failed save never becomes the latest checkpoint; its temporary files are removed
+        (they hold the space a retry needs) and a restart resumes from the last complete one.
+        """
+        try:
+            return self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as e:
+            name = os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{step}")
+            shutil.rmtree(name + "_temp", ignore_errors=True)
+            reason = error_line(e, limit=None)
+            reason = reason.split("; ", 1)[-1][:200]  # TensorFlow's "op context; reason"
+            raise TrainingError(
+                f"cannot save checkpoint {name} ({reason}): training stopped. The last "
+                f"complete checkpoint is {self.latest}; free space or fix the permissions of "
+                f"{self.directory} and rerun to resume from it") from None
+
+    def restore(self, path: str, own_data: bool = True) -> bool:
+        """Restores the checkpoint `path`; its data position only if it belongs to this worker's
+        pipeline (`own_data` and the same key). Returns whether the data position was restored.
+
+        Raises:
+            TrainingError: the checkpoint does not match this run's model or optimizer.
+        """
+        same_data = (self.data_key is not None and own_data
+                     and _read_string(path, TRAIN_DATA_KEY_NAME) == self.data_key)
+        checkpoint = self.checkpoint if same_data else tf.train.Checkpoint(**self._model_items())
+        try:
+            # expect_partial: an eval/export run, or a changed pipeline, leaves the saved data
+            # position unread on purpose.
+            checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            raise TrainingError(
+                f"cannot resume from {path}: it does not match this run's model or optimizer "
+                f"({error_line(e)}). Use the run's hparams, another --model-name, or "
+                "--overwrite to start afresh") from None
+        return same_data
+
+    def restore_imported(self, path: str) -> None:
+        """Starts from an imported model-only checkpoint (`python -m electra_tf.convert
+        from-google`): weights and step come from it, the optimizer starts fresh."""
+        step = tf.Variable(0, dtype=tf.int64)
+        try:
+            tf.train.Checkpoint(model=self.model, step=step).restore(
+                path).assert_existing_objects_matched().expect_partial()
+        except (AssertionError, ValueError, tf.errors.OpError) as e:
+            raise TrainingError(f"cannot start from the imported checkpoint {path}: it does not "
+                                f"match this run's model ({error_line(e)}). Use the hparams "
+                                "`from-google` printed") from None
+        self.optimizer.iterations.assign(step)
+
+
+def _read_string(path: str, name: str) -> Optional[str]:
+    """A string variable saved at the checkpoint's top level, or None if absent."""
+    try:
+        value = tf.train.load_checkpoint(path).get_tensor(f"{name}/.ATTRIBUTES/VARIABLE_VALUE")
+    except (tf.errors.OpError, ValueError):
+        return None
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def start_two_stage(model, source: str, fresh: bool) -> None:
+    """Stage 2 of two-stage training: at step 0 (`fresh`) the generator (encoder and MLM head)
+    and the discriminator are set to the stage-1 MLM run's weights; the generator is frozen on
+    every start (trainability is not part of a checkpoint).
+
+    Raises:
+        TrainingError: `source` is not a readable MLM-only run of this model's sizes.
+    """
+    if fresh:
+        try:
+            stage1 = run_dir.load_run(source)
+        except TrainingError as e:
+            raise TrainingError(f"two_stage_generator_dir: {e}") from None
+        if stage1.config.electra_objective:
+            raise TrainingError(f"two_stage_generator_dir {source} is an ELECTRA run; stage 1 "
+                                "is an MLM-only run (electra_objective: false)")
+        encoder = stage1.model.discriminator.get_weights()  # the MLM-only run's encoder
+        try:
+            model.generator.set_weights(encoder)
+            model.generator_head.set_weights(stage1.model.generator_head.get_weights())
+            model.discriminator.set_weights(encoder)
+        except ValueError as e:
+            raise TrainingError(f"two_stage_generator_dir {source} does not match this model's "
+                                f"sizes: {error_line(e, whole=True)}") from None
+        logger.info("two_stage: generator and discriminator start from %s (step %d); the "
+                    "generator is frozen", source, stage1.step)
+    model.generator.trainable = False
+    model.generator_head.trainable = False
+
+
+def weights_fingerprint(variables) -> str:
+    """sha256 over the variables' dtypes, shapes and bytes, in the given (fixed) order.
+
+    Two runs with this fingerprint equal hold bit-identical weights (used to check that workers
+    end identical and that a resumed run equals an uninterrupted one). Names are left out: Keras
+    numbers some of them per process (`seed_generator_7`), which says nothing about the values.
+    """
+    digest = hashlib.sha256()
+    for variable in variables:
+        value = np.asarray(variable.numpy())
+        digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()

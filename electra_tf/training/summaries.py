@@ -1,0 +1,89 @@
+"""What a run reports: per-loop scalars, TensorBoard, the console line, eval results.
+
+Only the chief writes (TensorBoard events in the run directory, `eval/` for evaluation,
+`eval_results.txt`) and logs progress; every worker computes the same scalars.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from electra_tf import atomic
+from electra_tf.training import run_dir
+
+logger = logging.getLogger("electra_tf")
+
+
+def loop_scalars(history: Dict[str, np.ndarray], metric_results: dict, done: int,
+                 elapsed: float, global_batch: int) -> Dict[str, float]:
+    """The scalars of one compiled loop (the loop's mean over the steps it applied).
+
+    Args:
+        history: the loop's per-step values (`train_step.HISTORY_KEYS`, numpy).
+        metric_results: `PretrainingMetrics.result()` over the loop's applied steps.
+        done: int. Steps the loop ran (applied or skipped).
+        elapsed: float. Wall-clock seconds of the loop.
+        global_batch: int. Examples per step.
+    """
+    applied = history["skipped"] == 0  # the loop's scalars cover applied steps only
+    scalars = {k: float(history[k][applied].mean()) if applied.any() else float("nan")
+               for k in ("total_loss", "masked_lm_loss", "disc_loss", "grad_norm")}
+    # The rate of the loop's last update, lr(step - 1) at summary step `step`.
+    scalars["learning_rate"] = float(history["learning_rate"][-1])
+    scalars.update({k: float(v) for k, v in metric_results.items()
+                    if k not in ("masked_lm_loss", "disc_loss")})
+    scalars["examples_per_second"] = done * global_batch / elapsed
+    scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
+    return scalars
+
+
+def write_scalars(writer: Optional[tf.summary.SummaryWriter], step: int,
+                  scalars: Dict[str, float]) -> None:
+    """TensorBoard scalars at `step` (nothing without a writer: non-chief workers)."""
+    if writer is None:
+        return
+    with writer.as_default(step=step):
+        for name, value in scalars.items():
+            tf.summary.scalar(name, value)
+    writer.flush()
+
+
+def log_progress(step: int, num_train_steps: int, scalars: Dict[str, float],
+                 steps_per_second: float) -> None:
+    """The console line after each loop: step, losses, rate, throughput, time left."""
+    eta = (num_train_steps - step) / steps_per_second if steps_per_second > 0 else float("inf")
+    logger.info(
+        "step %d/%d (%.1f%%) loss %.4f mlm %.4f disc %.4f lr %.3g | %.1f ex/s %.0f tok/s | ETA %s",
+        step, num_train_steps, 100.0 * step / num_train_steps,
+        scalars["total_loss"], scalars["masked_lm_loss"], scalars["disc_loss"],
+        scalars["learning_rate"], scalars["examples_per_second"],
+        scalars["tokens_per_second"], format_seconds(eta))
+
+
+def write_eval_results(model_dir: str, step: int, results: Dict[str, float]) -> None:
+    """`eval_results.txt` (sorted `name = value` lines, the official printout), TensorBoard
+    scalars under `eval/`, and a log line."""
+    atomic.write_text(os.path.join(model_dir, run_dir.EVAL_RESULTS_NAME),
+                      "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
+    writer = tf.summary.create_file_writer(os.path.join(model_dir, run_dir.EVAL_SUMMARY_DIR))
+    with writer.as_default(step=step):
+        for key, value in results.items():
+            if key != "global_step":
+                tf.summary.scalar(key, value)
+    writer.close()
+    logger.info("eval at step %d: %s", step,
+                ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step"))
+
+
+def format_seconds(seconds: float) -> str:
+    """`1h02m03s`, or `?` for an unknown (infinite) duration."""
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
