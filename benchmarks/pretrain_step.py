@@ -16,9 +16,17 @@ int((0.15 + 0.005) * 128)), at each batch size and precision:
                head at the masked positions only, Gumbel-max sampling, the whole embedding block
                shared as the official, loss MLM + 50 * RTD, AdamW with the official exclusions,
                global-norm clipping at 1), torch threads = cores, bf16 via `torch.autocast`.
+  torch_compile  the same with the generator's and discriminator's forward passes (and so their
+               backward passes) through `torch.compile` (TorchInductor: fused elementwise
+               kernels, oneDNN/MKL matmuls); compilation falls in the first call.
   keras_naive  a straightforward Keras 3 step built from two keras-hub `ElectraBackbone`s and a
                tied `MaskedLMHead` (own embeddings per backbone), one `tf.function` per step,
                keras AdamW: what a Keras user would write first.
+
+electra-tf's kernels (electra_tf.modeling.fused: op-by-op TensorFlow kernels or XLA-compiled
+elementwise clusters; keras' Philox dropout draws or counter-based hash bits) can be compared A/B
+in one process with --electra-tf-kernels tf/philox,xla/hash: one traced training loop per
+variant over the same model and input, windows alternating.
 
 Each implementation x batch x dtype runs in its own subprocess (so peak RSS does not mix):
 the first call (trace / graph build + 1 step) is timed separately, then `--warmup` windows, then
@@ -32,7 +40,7 @@ utilisation (MFU) is reported against it:
      attention: layers * 2 * seq * H per token for QK^T and AV; MLM head: Hg E + E V per masked
      slot; embedding lookups are not FLOPs) = ~288 GFLOP per 32 sequences.
 
-    python benchmarks/pretrain_step.py                                   # everything (~30 min)
+    python benchmarks/pretrain_step.py                                   # everything (~1 h)
     python benchmarks/pretrain_step.py --impl electra_tf,torch --batch 32 --dtype float32 \\
         --steps 3 --windows 2                                            # quick look
 
@@ -58,9 +66,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-IMPLEMENTATIONS = ("electra_tf", "torch", "keras_naive")
+IMPLEMENTATIONS = ("electra_tf", "torch", "torch_compile", "keras_naive")
+PEERS = ("torch", "torch_compile")  # the rows electra-tf's target ratio is measured against
 DTYPES = ("float32", "bfloat16")
 IMPL_LABELS = {"electra_tf": "electra-tf", "torch": "HF transformers (PyTorch)",
+               "torch_compile": "HF transformers + torch.compile",
                "keras_naive": "naive Keras 3 (keras-hub)"}
 
 # ELECTRA-small, official sizes (configure_pretraining.py / training_utils.get_bert_config).
@@ -195,20 +205,44 @@ def numpy_batches(batch_size, count, seed=0):
 # Workers (one per subprocess)
 # ------------------------------------------------------------------------------------------------
 def _timed_windows(run_window, steps, warmup, windows):
-    times = []
+    return _interleaved_windows({"": run_window}, steps, warmup, windows)[""]
+
+
+def _interleaved_windows(run_windows, steps, warmup, windows):
+    """Times `windows` windows of `steps` steps of every variant, round-robin (A, B, A, B, ...),
+    after `warmup` untimed rounds, so that load changes on a shared machine hit every variant
+    alike. Returns {variant: [seconds per window]}."""
+    times = {name: [] for name in run_windows}
     for w in range(warmup + windows):
-        start = time.perf_counter()
-        run_window(steps)
-        elapsed = time.perf_counter() - start
-        if w >= warmup:
-            times.append(elapsed)
+        for name, run_window in run_windows.items():
+            start = time.perf_counter()
+            run_window(steps)
+            elapsed = time.perf_counter() - start
+            if w >= warmup:
+                times[name].append(elapsed)
     return times
+
+
+def parse_kernel_variant(spec):
+    """"xla/hash" -> {"kernels": "xla", "dropout_rng": "hash"} (electra_tf.modeling.fused)."""
+    from electra_tf.modeling import fused
+
+    parts = spec.split("/")
+    if len(parts) != 2 or parts[0] not in fused.KERNEL_CHOICES \
+            or parts[1] not in fused.DROPOUT_RNG_CHOICES:
+        raise argparse.ArgumentTypeError(
+            f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG with KERNELS in "
+            f"{'|'.join(fused.KERNEL_CHOICES)} and DROPOUT_RNG in "
+            f"{'|'.join(fused.DROPOUT_RNG_CHOICES)}, e.g. xla/hash")
+    return {"kernels": parts[0], "dropout_rng": parts[1]}
 
 
 def worker_electra_tf(args):
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
+    from electra_tf.modeling import fused
+    from electra_tf.training import train_step
     from electra_tf.training.trainer import Trainer
 
     model_dir = tempfile.mkdtemp(prefix="electra_tf_bench_model_")
@@ -220,36 +254,62 @@ def worker_electra_tf(args):
         "num_warmup_steps": NUM_WARMUP_STEPS, "strategy": "one_device", "model_dir": model_dir,
     }
     hparams.update(json.loads(args.electra_tf_hparams or "{}"))
+    # Kernel variants (A/B in this one process): each gets its own traced training loop over the
+    # same model, optimizer and input iterator; their windows alternate. None = the defaults.
+    variants = [v for v in (args.electra_tf_kernels or "").split(",") if v] or [None]
     try:
         config = PretrainingConfig.create("bench", args.data_dir, hparams)
         start = time.perf_counter()
         trainer = Trainer(config)
         build_seconds = time.perf_counter() - start
-        # The loop Trainer.train() runs (one compiled call per `iterations_per_loop` steps),
-        # called directly so that no checkpoint or summary write lands in a timed window.
-        loop = trainer.train_loop()
         iterator = trainer.train_iterator
-        losses = []
+        losses = {}
+        first = {}
+        run_windows = {}
 
-        def run_window(num_steps):
-            trainer.metrics.reset_state()
-            done, history = loop(iterator, tf.constant(num_steps))
-            losses.append(float(history["total_loss"][-1]))
-            if int(done) != num_steps:
-                raise RuntimeError("non-finite loss in the benchmark run")
+        def make_run_window(name, loop):
+            def run_window(num_steps):
+                trainer.metrics.reset_state()
+                done, history = loop(iterator, tf.constant(num_steps))
+                losses[name].append(float(history["total_loss"][-1]))
+                if int(done) != num_steps:
+                    raise RuntimeError("non-finite loss in the benchmark run")
+            return run_window
 
-        start = time.perf_counter()
-        run_window(1)
-        first = time.perf_counter() - start
-        times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
+        for variant in variants:
+            name = variant or f"{fused.KERNELS}/{fused.DROPOUT_RNG}"
+            options = parse_kernel_variant(variant) if variant else {}
+            losses[name] = []
+            with fused.kernel_options(**options):
+                # The loop Trainer.train() runs (one compiled call per `iterations_per_loop`
+                # steps), called directly so that no checkpoint or summary write lands in a timed
+                # window; traced (with these kernel options) by its first call.
+                run_windows[name] = make_run_window(
+                    name, train_step.make_train_loop(trainer._step_context()))
+                start = time.perf_counter()
+                run_windows[name](1)
+                first[name] = time.perf_counter() - start
+        load_start = os.getloadavg()
+        times = _interleaved_windows(run_windows, args.steps, args.warmup, args.windows)
+        load_end = os.getloadavg()
+        profiles = {}
         if args.profile_dir:
-            tf.profiler.experimental.start(args.profile_dir)
-            run_window(args.steps)
-            tf.profiler.experimental.stop()
+            for name, run_window in run_windows.items():
+                directory = os.path.join(args.profile_dir, f"{args.batch}_{args.dtype}_"
+                                         + name.replace("/", "_"))
+                tf.profiler.experimental.start(directory)
+                run_window(args.steps)
+                tf.profiler.experimental.stop()
+                profiles[name] = dict(profile_summary(directory), steps=args.steps,
+                                      load_average=os.getloadavg())
         import keras
-        return {"build_seconds": build_seconds, "first_call_seconds": first, "window_seconds": times,
-                "losses": losses, "versions": {"tensorflow": tf.__version__,
-                                               "keras": keras.__version__},
+        return {"build_seconds": build_seconds,
+                "variants": {name: {"first_call_seconds": first[name],
+                                    "window_seconds": times[name], "losses": losses[name],
+                                    **({"profile": profiles[name]} if name in profiles else {})}
+                             for name in run_windows},
+                "load_average_windows": [load_start, load_end],
+                "versions": {"tensorflow": tf.__version__, "keras": keras.__version__},
                 "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
                 "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads()}
     finally:
@@ -266,7 +326,8 @@ def worker_torch(args):
                         embedding_size=EMBEDDING_SIZE, special=SPECIAL,
                         max_predictions=MAX_PREDICTIONS, learning_rate=LEARNING_RATE,
                         num_warmup_steps=NUM_WARMUP_STEPS, dtype=args.dtype,
-                        mask_prob=MASK_PROB, disc_weight=DISC_WEIGHT)
+                        mask_prob=MASK_PROB, disc_weight=DISC_WEIGHT,
+                        compile=args.worker == "torch_compile")
     batches = [{k: torch.from_numpy(v) for k, v in b.items()}
                for b in numpy_batches(args.batch, 8, seed=1)]
     counter = [0]
@@ -281,8 +342,10 @@ def worker_torch(args):
     start = time.perf_counter()
     run_window(1)
     first = time.perf_counter() - start
+    load_start = os.getloadavg()
     times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
     return {"first_call_seconds": first, "window_seconds": times, "losses": losses,
+            "load_average_windows": [load_start, os.getloadavg()],
             "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
             "torch_threads": torch.get_num_threads()}
 
@@ -430,7 +493,7 @@ def worker_peak(args):
     return {"peak_gflops": peak, "matmul_gflops": results}
 
 
-WORKERS = {"electra_tf": worker_electra_tf, "torch": worker_torch,
+WORKERS = {"electra_tf": worker_electra_tf, "torch": worker_torch, "torch_compile": worker_torch,
            "keras_naive": worker_keras_naive, "peak": worker_peak}
 
 
@@ -475,6 +538,8 @@ def spawn(worker, args, extra, timeout):
            "--windows", str(args.windows), "--peak-frameworks", args.peak_frameworks] + extra
     if args.electra_tf_hparams:
         cmd += ["--electra-tf-hparams", args.electra_tf_hparams]
+    if args.electra_tf_kernels:
+        cmd += ["--electra-tf-kernels", args.electra_tf_kernels]
     if args.profile_dir:
         cmd += ["--profile-dir", args.profile_dir]
     start = time.perf_counter()
@@ -493,11 +558,110 @@ def spawn(worker, args, extra, timeout):
         os.remove(result_file)
 
 
+# Groups of the profile summary: (group, predicate on (op type, op name)), first match wins.
+PROFILE_GROUPS = (
+    ("XLA clusters (elementwise, fused)", lambda t, n: t == "XLA cluster"),
+    ("matmuls (oneDNN)", lambda t, n: "MatMul" in t or t in ("Einsum", "_MklEinsum")),
+    ("dropout random numbers (Philox)", lambda t, n: t.startswith("StatelessRandom")
+     and ("layer_" in n or "embeddings" in n)),
+    ("masking + Gumbel sampling (per-example Philox)", lambda t, n: "/map/" in n
+     or "masking" in n or "sampling" in n or t.startswith("StatelessRandom")),
+    ("gradient sums (AddN: residual branches, shared embeddings)", lambda t, n: t == "AddN"),
+    ("GELU", lambda t, n: "gelu" in n.lower() or t in ("Erf", "Erfc")),
+    ("softmax", lambda t, n: "Softmax" in t),
+    ("bias adds / bias gradients", lambda t, n: t in ("BiasAdd", "BiasAddGrad", "_MklBiasAdd")),
+    ("optimizer + clipping", lambda t, n: t.startswith("ResourceApply") or "clip" in n
+     or "optimizer" in n.lower() or "adam" in n.lower()),
+    ("casts", lambda t, n: t == "Cast"),
+    ("transposes", lambda t, n: "Transpose" in t),
+    ("metrics + losses", lambda t, n: "metric" in n.lower() or "loss" in n.lower()),
+    ("other elementwise (LayerNorm, residual adds, dropout masks, ...)", lambda t, n: True),
+)
+
+
+def profile_summary(profile_dir):
+    """Op time (ms, summed over the run) per group and per op type from a TensorFlow profiler
+    trace (the .xplane.pb files under `profile_dir`). With one inter-op thread (the trainer's
+    CPU default) the ops run one at a time, so the op times add up to the compute time."""
+    import glob
+    from collections import Counter
+
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    groups, types, fusions = Counter(), Counter(), Counter()
+    for path in glob.glob(os.path.join(profile_dir, "**", "*.xplane.pb"), recursive=True):
+        space = xplane_pb2.XSpace()
+        with open(path, "rb") as f:
+            space.ParseFromString(f.read())
+        for plane in space.planes:
+            for line in plane.lines:
+                if not line.name.startswith("tf_Compute"):
+                    continue
+                for event in line.events:
+                    meta = plane.event_metadata[event.metadata_id]
+                    if meta.name == "CpuExecutable::ExecuteAsyncOnStream":
+                        name, op_type = "", "XLA cluster"  # one compiled cluster's run
+                    elif meta.name.endswith("_fusion") or meta.name.startswith("fusion"):
+                        fusions[meta.name] += event.duration_ps / 1e9  # inside a cluster
+                        continue
+                    elif ":" not in meta.name or "::" in meta.name:
+                        continue  # executor / threadpool bookkeeping, not an op
+                    else:
+                        name, op_type = meta.name.rsplit(":", 1)
+                    ms = event.duration_ps / 1e9
+                    types[op_type] += ms
+                    group = next(g for g, match in PROFILE_GROUPS if match(op_type, name))
+                    groups[group] += ms
+    return {"groups": dict(groups.most_common()), "op_types": dict(types.most_common(30)),
+            "xla_fusions": dict(fusions.most_common(15))}
+
+
+def print_profile(summary, steps):
+    total = sum(summary["groups"].values()) or 1.0
+    print(f"{'where (op time per step)':<66}{'ms':>9}{'share':>8}")
+    for group, ms in summary["groups"].items():
+        print(f"{group:<66}{ms / steps:>9.1f}{100 * ms / total:>7.0f}%")
+    print(f"{'total op time':<66}{total / steps:>9.1f}")
+    print("top op types (ms per step): " + ", ".join(
+        f"{t} {ms / steps:.1f}" for t, ms in list(summary["op_types"].items())[:15]))
+    if summary.get("xla_fusions"):
+        print("top XLA fusions (ms per step): " + ", ".join(
+            f"{t} {ms / steps:.1f}" for t, ms in summary["xla_fusions"].items()))
+
+
+def merge_rounds(results):
+    """One result from several subprocess runs of a configuration (`--rounds`): windows
+    concatenated, first call and load of the first round, the largest peak RSS."""
+    good = [r for r in results if "error" not in r]
+    if not good:
+        return results[0]
+    merged = dict(good[0])
+    merged["rounds"] = len(good)
+    merged["peak_rss_mb"] = max(r["peak_rss_mb"] for r in good)
+    merged["load_average_windows"] = [r.get("load_average_windows") for r in good]
+    if "variants" in merged:
+        merged["variants"] = {
+            name: dict(v, window_seconds=[t for r in good for t in r["variants"][name]
+                                          ["window_seconds"]],
+                       losses=[x for r in good for x in r["variants"][name]["losses"]])
+            for name, v in good[0]["variants"].items()}
+    else:
+        merged["window_seconds"] = [t for r in good for t in r["window_seconds"]]
+        merged["losses"] = [x for r in good for x in r["losses"]]
+    return merged
+
+
 def summarize(impl, batch, dtype, result, peak):
+    """Table rows of one configuration's result: one row, or one per electra-tf kernel variant."""
+    if "variants" in result:
+        shared = {k: v for k, v in result.items() if k != "variants"}
+        return [row for name, variant in result["variants"].items()
+                for row in summarize(impl, batch, dtype, dict(shared, variant=name, **variant),
+                                     peak)]
     row = {"implementation": impl, "batch_size": batch, "dtype": dtype}
     row.update(result)
     if "error" in result:
-        return row
+        return [row]
     median = statistics.median(result["window_seconds"])
     steps = result.get("steps")
     row["median_window_seconds"] = median
@@ -510,23 +674,30 @@ def summarize(impl, batch, dtype, result, peak):
     row["achieved_gflops"] = flops / row["step_seconds"] / 1e9
     if peak:
         row["mfu"] = row["achieved_gflops"] / peak[dtype]
-    return row
+    return [row]
+
+
+def row_label(row):
+    label = IMPL_LABELS[row["implementation"]]
+    return f"{label} {row['variant']}" if row.get("variant") else label
 
 
 def print_table(rows, peak):
-    header = (f"{'implementation':<28}{'batch':>6}{'dtype':>10}{'seq/s':>9}{'tok/s':>9}"
-              f"{'s/step':>8}{'GFLOP/s':>9}{'MFU':>7}{'1st call s':>11}{'peak RSS MB':>12}")
+    header = (f"{'implementation':<32}{'batch':>6}{'dtype':>10}{'seq/s':>9}{'tok/s':>9}"
+              f"{'s/step':>8}{'GFLOP/s':>9}{'MFU':>7}{'1st call s':>11}{'peak RSS MB':>12}"
+              f"  windows (s)")
     print(header)
     print("-" * len(header))
     for r in rows:
-        label = IMPL_LABELS[r["implementation"]]
+        label = row_label(r)
         if "error" in r:
-            print(f"{label:<28}{r['batch_size']:>6}{r['dtype']:>10}  ERROR: {r['error'][:200]}")
+            print(f"{label:<32}{r['batch_size']:>6}{r['dtype']:>10}  ERROR: {r['error'][:200]}")
             continue
         mfu = f"{100 * r['mfu']:.0f}%" if "mfu" in r else "-"
-        print(f"{label:<28}{r['batch_size']:>6}{r['dtype']:>10}{r['sequences_per_second']:>9.2f}"
+        windows = ", ".join(f"{t:.1f}" for t in r["window_seconds"])
+        print(f"{label:<32}{r['batch_size']:>6}{r['dtype']:>10}{r['sequences_per_second']:>9.2f}"
               f"{r['tokens_per_second']:>9.0f}{r['step_seconds']:>8.2f}{r['achieved_gflops']:>9.0f}"
-              f"{mfu:>7}{r['first_call_seconds']:>11.1f}{r['peak_rss_mb']:>12.0f}")
+              f"{mfu:>7}{r['first_call_seconds']:>11.1f}{r['peak_rss_mb']:>12.0f}  {windows}")
     if peak:
         print(f"matmul peak: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 "
               f"{peak['bfloat16']:.0f} GFLOP/s; FLOPs per step of 32 sequences: "
@@ -534,18 +705,21 @@ def print_table(rows, peak):
 
 
 def ratios(rows):
-    """electra-tf's seq/s and peak RSS relative to each other implementation, per batch/dtype."""
-    by_key = {(r["implementation"], r["batch_size"], r["dtype"]): r for r in rows if "error" not in r}
+    """Each electra-tf row's seq/s and peak RSS relative to every other implementation, per
+    batch/dtype (keys "[variant vs ]other/batch/dtype")."""
+    good = [r for r in rows if "error" not in r]
     out = {}
-    for (impl, batch, dtype), r in by_key.items():
-        if impl != "electra_tf":
+    for r in good:
+        if r["implementation"] != "electra_tf":
             continue
-        for other in IMPLEMENTATIONS[1:]:
-            o = by_key.get((other, batch, dtype))
-            if o:
-                out[f"{other}/{batch}/{dtype}"] = {
-                    "speedup": r["sequences_per_second"] / o["sequences_per_second"],
-                    "rss_ratio": r["peak_rss_mb"] / o["peak_rss_mb"]}
+        for o in good:
+            if o["implementation"] == "electra_tf" or (o["batch_size"], o["dtype"]) != \
+                    (r["batch_size"], r["dtype"]):
+                continue
+            prefix = f"{r['variant']} vs " if r.get("variant") else ""
+            out[f"{prefix}{o['implementation']}/{r['batch_size']}/{r['dtype']}"] = {
+                "speedup": r["sequences_per_second"] / o["sequences_per_second"],
+                "rss_ratio": r["peak_rss_mb"] / o["peak_rss_mb"]}
     return out
 
 
@@ -555,28 +729,29 @@ def draw_chart(rows, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = sorted({(r["batch_size"], r["dtype"]) for r in rows if "error" not in r},
+    good = [r for r in rows if "error" not in r]
+    groups = sorted({(r["batch_size"], r["dtype"]) for r in good},
                     key=lambda g: (g[1] != "float32", g[0]))
-    impls = [i for i in IMPLEMENTATIONS if any(r["implementation"] == i for r in rows)]
+    labels = list(dict.fromkeys(row_label(r) for r in good))
     fig, ax = plt.subplots(figsize=(8, 4.2))
-    width = 0.8 / max(1, len(impls))
-    for j, impl in enumerate(impls):
+    width = 0.8 / max(1, len(labels))
+    for j, label in enumerate(labels):
         values = []
         for batch, dtype in groups:
-            match = [r for r in rows if r["implementation"] == impl and r["batch_size"] == batch
-                     and r["dtype"] == dtype and "error" not in r]
+            match = [r for r in good if row_label(r) == label and r["batch_size"] == batch
+                     and r["dtype"] == dtype]
             values.append(match[0]["sequences_per_second"] if match else 0.0)
-        xs = [i + (j - (len(impls) - 1) / 2) * width for i in range(len(groups))]
-        bars = ax.bar(xs, values, width, label=IMPL_LABELS[impl])
+        xs = [i + (j - (len(labels) - 1) / 2) * width for i in range(len(groups))]
+        bars = ax.bar(xs, values, width, label=label)
         for bar, value in zip(bars, values):
             if value:
                 ax.annotate(f"{value:.1f}", (bar.get_x() + bar.get_width() / 2, value),
-                            ha="center", va="bottom", fontsize=8)
+                            ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"batch {b}\n{'mixed bf16' if d == 'bfloat16' else d}" for b, d in groups])
     ax.set_ylabel("sequences / s (seq 128)")
     ax.set_title(f"ELECTRA-small pretraining step, {os.cpu_count()} CPU cores")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -599,8 +774,9 @@ def build_parser():
     parser.add_argument("--impl", default=",".join(IMPLEMENTATIONS),
                         type=lambda v: _csv(v, IMPLEMENTATIONS),
                         help="comma-separated implementations to run: electra_tf (the project's "
-                             "Trainer), torch (HF transformers peer), keras_naive (keras-hub "
-                             "backbones). Default: all")
+                             "Trainer), torch (HF transformers peer, eager), torch_compile (the "
+                             "same with torch.compile), keras_naive (keras-hub backbones). "
+                             "Default: all")
     parser.add_argument("--batch", default="32,128", type=lambda v: _csv(v, None, int),
                         help="comma-separated batch sizes (sequences of 128 tokens). Default: 32,128")
     parser.add_argument("--dtype", default="float32,bfloat16", type=lambda v: _csv(v, DTYPES),
@@ -630,7 +806,18 @@ def build_parser():
                              "4 x 1024 random full-length examples into a temp dir)")
     parser.add_argument("--profile-dir", default=None,
                         help="electra_tf only: after the timed windows, record one more window "
-                             "with the TensorFlow profiler into this directory")
+                             "per kernel variant with the TensorFlow profiler into this "
+                             "directory, and print where the op time goes (grouped)")
+    parser.add_argument("--electra-tf-kernels", default=None,
+                        help="comma-separated kernel variants KERNELS/DROPOUT_RNG of the electra_tf "
+                             "block (electra_tf.modeling.fused: KERNELS tf|xla, DROPOUT_RNG "
+                             "philox|hash), e.g. 'tf/philox,xla/hash': each is traced as its own "
+                             "training loop in the one electra_tf process and their windows "
+                             "alternate (an A/B in one process). Default: the library defaults")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every configuration's subprocesses this many times, alternating "
+                             "the order of the implementations, and pool their windows (the "
+                             "median is over all). Default: 1")
     parser.add_argument("--electra-tf-hparams", default=None,
                         help="JSON hparam overrides for the electra_tf Trainer (e.g. "
                              "'{\"jit_compile\": true}' or '{\"inter_op_threads\": 0}')")
@@ -674,20 +861,34 @@ def main(argv=None):
         rows = []
         for batch in args.batch:
             for dtype in args.dtype:
+                runs = {impl: [] for impl in args.impl}
+                for round_index in range(args.rounds):
+                    # Later rounds run the implementations in reverse order, so that none always
+                    # runs first (or last) when the machine's load drifts.
+                    order = args.impl if round_index % 2 == 0 else args.impl[::-1]
+                    for impl in order:
+                        print(f"running {impl} batch {batch} {dtype} (round {round_index + 1}, "
+                              f"load {os.getloadavg()[0]:.2f}) ...", flush=True)
+                        result = spawn(impl, args, ["--batch-size", str(batch),
+                                                    "--dtype-one", dtype], args.timeout)
+                        result["steps"] = args.steps
+                        runs[impl].append(result)
+                        for row in summarize(impl, batch, dtype, result, peak):
+                            if "error" in row:
+                                print(f"  ERROR {row['error']}", flush=True)
+                                continue
+                            print(f"  {row.get('variant') or ''} "
+                                  f"{row['sequences_per_second']:.2f} seq/s, first call "
+                                  f"{row['first_call_seconds']:.1f} s, peak RSS "
+                                  f"{row['peak_rss_mb']:.0f} MB, windows "
+                                  f"{[round(t, 2) for t in row['window_seconds']]}", flush=True)
                 for impl in args.impl:
-                    print(f"running {impl} batch {batch} {dtype} ...", flush=True)
-                    result = spawn(impl, args, ["--batch-size", str(batch), "--dtype-one", dtype],
-                                   args.timeout)
-                    result["steps"] = args.steps
-                    row = summarize(impl, batch, dtype, result, peak)
-                    if "error" in row:
-                        print(f"  ERROR {row['error']}", flush=True)
-                    else:
-                        print(f"  {row['sequences_per_second']:.2f} seq/s, first call "
-                              f"{row['first_call_seconds']:.1f} s, peak RSS "
-                              f"{row['peak_rss_mb']:.0f} MB, windows "
-                              f"{[round(t, 2) for t in row['window_seconds']]}", flush=True)
-                    rows.append(row)
+                    rows.extend(summarize(impl, batch, dtype, merge_rounds(runs[impl]), peak))
+        for row in rows:
+            if row.get("profile"):
+                print(f"\nprofile: {row_label(row)}, batch {row['batch_size']} {row['dtype']} "
+                      f"(load {row['profile']['load_average'][0]:.1f})")
+                print_profile(row["profile"], row["profile"]["steps"])
         print()
         print_table(rows, peak)
         compare = ratios(rows)

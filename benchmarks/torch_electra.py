@@ -32,13 +32,16 @@ class TorchElectra:
         num_train_steps: optional; linear decay to 0 at this step (official, power 1).
         dtype: "float32" or "bfloat16" (autocast).
         seed: int. torch's global seed (init, dropout, masking, sampling).
+        compile: bool. Run the generator's and the discriminator's forward (and so backward)
+            passes through `torch.compile` (default TorchInductor backend; needs a C++ compiler).
     """
 
     def __init__(self, discriminator: dict, generator: dict, *, vocab_size: int,
                  embedding_size: int, special: dict, max_predictions: int,
                  learning_rate: float, num_warmup_steps: int,
                  num_train_steps: Optional[int] = None, dtype: str = "float32",
-                 mask_prob: float = 0.15, disc_weight: float = 50.0, seed: int = 0):
+                 mask_prob: float = 0.15, disc_weight: float = 50.0, seed: int = 0,
+                 compile: bool = False):
         import torch
         from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
@@ -81,6 +84,29 @@ class TorchElectra:
         self.max_predictions = max_predictions
         self.mask_prob = mask_prob
         self.disc_weight = disc_weight
+        self.compiled = compile
+        # torch.compile (TorchInductor) of the two forward passes, as a user would compile the
+        # models; their backward passes are compiled with them (AOTAutograd). Masking, sampling,
+        # the losses and the optimizer stay eager.
+        wrap = torch.compile if compile else (lambda fn: fn)
+        self._generator_logits = wrap(self._generator_forward)
+        self._discriminator_logits = wrap(self._discriminator_forward)
+
+    def _generator_forward(self, masked, input_mask, segment_ids, positions):
+        """MLM logits [batch, N, vocab] at the masked positions (the generator's forward)."""
+        generator = self.generator
+        with self.autocast:
+            hidden = generator.electra(masked, attention_mask=input_mask,
+                                       token_type_ids=segment_ids).last_hidden_state
+            hidden = self.torch.gather(hidden, 1,
+                                       positions[..., None].expand(-1, -1, hidden.shape[-1]))
+            return generator.generator_lm_head(generator.generator_predictions(hidden))
+
+    def _discriminator_forward(self, fake, input_mask, segment_ids):
+        """RTD logits [batch, seq] (the discriminator's forward)."""
+        with self.autocast:
+            return self.discriminator(fake, attention_mask=input_mask,
+                                      token_type_ids=segment_ids).logits
 
     def _mask(self, input_ids, input_mask):
         torch = self.torch
@@ -104,16 +130,10 @@ class TorchElectra:
         and for AUC: disc_probs, disc_labels (real tokens only, flattened)."""
         torch = self.torch
         F = torch.nn.functional
-        generator, discriminator = self.generator, self.discriminator
         input_ids, input_mask, segment_ids = (batch["input_ids"], batch["input_mask"],
                                               batch["segment_ids"])
         masked, positions, labels, weights = self._mask(input_ids, input_mask)
-        with self.autocast:
-            hidden = generator.electra(masked, attention_mask=input_mask,
-                                       token_type_ids=segment_ids).last_hidden_state
-            hidden = torch.gather(hidden, 1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
-            logits = generator.generator_lm_head(generator.generator_predictions(hidden))
-        logits = logits.float()
+        logits = self._generator_logits(masked, input_mask, segment_ids, positions).float()
         nll = F.cross_entropy(logits.reshape(-1, self.vocab_size), labels.reshape(-1),
                               reduction="none")
         mlm_loss = (nll * weights.reshape(-1)).sum() / (weights.sum() + 1e-6)
@@ -127,9 +147,7 @@ class TorchElectra:
             fake[rows[used], positions[used]] = sampled[used]
             is_fake = (fake != input_ids).float()
             mlm_accuracy = ((logits.argmax(-1) == labels).float() * weights).sum() / weights.sum()
-        with self.autocast:
-            disc_logits = discriminator(fake, attention_mask=input_mask,
-                                        token_type_ids=segment_ids).logits
+        disc_logits = self._discriminator_logits(fake, input_mask, segment_ids)
         mask_f = input_mask.float()
         rtd = F.binary_cross_entropy_with_logits(disc_logits.float(), is_fake, reduction="none")
         disc_loss = (rtd * mask_f).sum() / (mask_f.sum() + 1e-6)

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import keras
 import keras_hub
+import tensorflow as tf
+
+from electra_tf.modeling import fused
 
 # Official `tf.contrib.layers.layer_norm` hard-codes variance_epsilon = 1e-12 (spec section 7).
 LAYER_NORM_EPSILON = 1e-12
@@ -147,6 +150,14 @@ class ElectraEmbeddings(keras.layers.Layer):
         # [L, E] slice is broadcast by the addition instead of being tiled to [B, L, E].
         positions = self.position_embeddings(words[:1])
         out = words + self.token_type_embeddings(segment_ids) + positions
+        if fused.use_xla(training):  # LayerNorm + dropout as one compiled loop (see fused.py)
+            norm = self.layer_norm
+            return fused.norm_dropout(
+                out, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
+                norm.epsilon, fused.draw_noise(self.dropout, tf.shape(out), out.dtype,
+                                               bool(training)))
+        if fused.DROPOUT_RNG != "philox":
+            return fused.dropout(self.layer_norm(out), self.dropout, bool(training))
         return self.dropout(self.layer_norm(out), training=training)
 
     def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):

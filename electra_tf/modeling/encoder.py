@@ -56,18 +56,20 @@ import keras
 import keras_hub
 import tensorflow as tf
 
+from electra_tf.modeling import fused
 from electra_tf.modeling.embeddings import (
     LAYER_NORM_EPSILON,
     ElectraEmbeddings,
     get_activation,
     truncated_normal,
 )
+from electra_tf.modeling.fused import dropout, gelu, layer_norm
 
 
 # When True (default), `TransformerLayer` runs its fused forward pass (`_fused_call`); False runs
 # keras-hub's own `TransformerEncoder.call` on the same variables. The two compute the same
-# function with the same dropout masks (tests/test_speed_equivalence.py); the switch exists so
-# tests can compare them.
+# function with the same dropout masks (tests/training/test_speed_equivalence.py); the switch
+# exists so tests can compare them.
 FUSED_BLOCK = True
 
 # keras.layers.Softmax replaces masked attention scores by these values (keras
@@ -124,6 +126,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 or self.normalize_first or inputs.shape[-1] is None):
             return super().call(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
                                 training=training, return_attention_scores=return_attention_scores)
+        if fused.use_xla(training):
+            return self._xla_call(inputs, padding_mask, True)
         return self._fused_call(inputs, padding_mask, bool(training))
 
     def _fused_call(self, x, padding_mask, training):
@@ -187,6 +191,68 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         hidden = dropout(hidden, self._feedforward_dropout, training) + attended
         hidden = layer_norm(hidden, self._feedforward_layer_norm, dtype)
         return tf.reshape(hidden, shape)
+
+    def _xla_call(self, x, padding_mask, training):
+        """The same block with the elementwise work between the matmuls in XLA clusters
+        (`fused.KERNELS` = "xla", training calls): the matmuls stay TensorFlow's (oneDNN on
+        CPU), and each stretch between two of them is one compiled loop forward and one backward
+        (see fused.py): QKV bias + head split + query scaling; mask + softmax + dropout;
+        bias + dropout + residual + LayerNorm (twice); bias + GELU.
+        """
+        dtype = self.compute_dtype
+        attention = self._self_attention_layer
+        heads, head_size = attention._num_heads, attention._key_dim
+        width = x.shape[-1]
+        shape = tf.shape(x)
+        rows = tf.reshape(x, [-1, width])  # [B*L, H]
+
+        def kernel(layer, new_shape):
+            return tf.reshape(tf.cast(layer.kernel, dtype), new_shape)
+
+        def bias(layer):
+            return tf.reshape(tf.cast(layer.bias, tf.float32), [-1])
+
+        projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+        qkv_kernel = tf.concat([kernel(p, [width, heads * head_size]) for p in projections], 1)
+        qkv = tf.reshape(tf.matmul(rows, qkv_kernel), [shape[0], shape[1], -1])  # [B, L, 3H]
+        query, key, value = fused.split_heads(
+            qkv, tf.concat([bias(p) for p in projections], 0), heads,
+            float(attention._inverse_sqrt_key_dim))  # [B, heads, L, hs] each, query scaled
+        scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
+        if padding_mask is None:
+            mask_bias = tf.zeros([1, 1, 1, 1], tf.float32)
+        else:
+            keep = tf.cast(padding_mask, tf.bool)[:, tf.newaxis, tf.newaxis, :]
+            mask_bias = tf.where(keep, 0.0, _MASKED_SCORE)  # [B, 1, 1, L] float32
+        probs = fused.attention_probs(
+            scores, mask_bias,
+            fused.draw_noise(attention._dropout_layer, tf.shape(scores), dtype, training))
+        context = tf.matmul(probs, value)  # [B, heads, L, hs]
+        context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
+        out = attention._output_dense
+        attended = self._matmul_norm(context, kernel(out, [heads * head_size, width]), bias(out),
+                                     rows, self._self_attention_dropout,
+                                     self._self_attention_layer_norm, training)
+        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
+        hidden = tf.matmul(attended, tf.cast(inner.kernel, dtype))
+        if inner.activation is keras.activations.gelu:
+            hidden = fused.bias_gelu(hidden, bias(inner))
+        else:
+            hidden = tf.nn.bias_add(hidden, tf.cast(inner.bias, dtype))
+            if inner.activation is not None:
+                hidden = inner.activation(hidden)
+        hidden = self._matmul_norm(hidden, tf.cast(outer.kernel, dtype), bias(outer), attended,
+                                   self._feedforward_dropout, self._feedforward_layer_norm,
+                                   training)
+        return tf.reshape(hidden, shape)
+
+    @staticmethod
+    def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
+        """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
+        h = tf.matmul(x, kernel)
+        return fused.bias_dropout_residual_norm(
+            h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
+            norm.epsilon, fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
 
     def get_config(self):
         config = super().get_config()
@@ -366,107 +432,3 @@ class ElectraEncoder(keras.layers.Layer):
             "initializer_range": self.initializer_range,
         })
         return config
-
-
-# ------------------------------------------------------------------------------------------------
-# Kernels of the fused block
-# ------------------------------------------------------------------------------------------------
-def _keras_seed(seed_generator) -> tf.Tensor:
-    """The seed keras' TF backend draws for one random op: next state, as int32 (`_cast_seed`)."""
-    seed = seed_generator.next()
-    if seed.dtype == tf.int32:
-        return seed
-    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
-
-
-def dropout(x: tf.Tensor, layer: keras.layers.Dropout, training: bool) -> tf.Tensor:
-    """What `layer(x, training=training)` computes, as x * mask with mask in {0, 1 / (1 - rate)}.
-
-    keras' Dropout (`tf.nn.experimental.stateless_dropout`) draws u ~ U[0, 1) in x's dtype from
-    the layer's seed generator and returns where(u >= rate, x * scale, 0); the same draw gives
-    the same mask here. The multiply's gradient is one multiply by the same mask, where keras'
-    backward pass runs a select and a multiply.
-
-    Args:
-        x: float tensor.
-        layer: the keras Dropout layer whose rate and seed generator to use.
-        training: bool. Dropout only applies when True (and rate > 0).
-
-    Returns:
-        A tensor like x.
-    """
-    rate = layer.rate
-    if not training or rate <= 0:
-        return x
-    if rate >= 1:
-        return tf.zeros_like(x)
-    u = tf.random.stateless_uniform(tf.shape(x), seed=_keras_seed(layer.seed_generator),
-                                    dtype=x.dtype)
-    scale = tf.constant(1.0 / (1.0 - rate), x.dtype)
-    mask = tf.where(u >= tf.constant(rate, x.dtype), scale, tf.constant(0.0, x.dtype))
-    return x * mask
-
-
-def layer_norm(x: tf.Tensor, layer: keras.layers.LayerNormalization, dtype) -> tf.Tensor:
-    """`layer(x)` over the last axis (float32 math, result in `dtype`), with a fused gradient.
-
-    Forward: y = (x - mean) * rsqrt(var + epsilon) * gamma + beta, as keras'
-    `ops.layer_normalization` (which computes in at least float32). The gradient is the closed
-    form dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma,
-    instead of differentiating the moments graph op by op.
-
-    Args:
-        x: float tensor [..., H].
-        layer: the keras LayerNormalization (last-axis, center and scale) owning gamma and beta.
-        dtype: the compute dtype of the result.
-    """
-    return tf.cast(_layer_norm(tf.cast(x, tf.float32), tf.cast(layer.gamma, tf.float32),
-                               tf.cast(layer.beta, tf.float32), layer.epsilon), dtype)
-
-
-@tf.custom_gradient
-def _layer_norm(x, gamma, beta, epsilon):
-    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
-    centered = x - mean
-    rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
-    normalized = centered * rstd
-    y = normalized * gamma + beta
-
-    def grad(dy):
-        reduce_axes = tf.range(tf.rank(dy) - 1)
-        d_gamma = tf.reduce_sum(dy * normalized, axis=reduce_axes)
-        d_beta = tf.reduce_sum(dy, axis=reduce_axes)
-        d_normalized = dy * gamma
-        dx = rstd * (d_normalized - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
-                     - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1,
-                                                   keepdims=True))
-        return dx, d_gamma, d_beta, None
-
-    return y, grad
-
-
-# Exact GELU constants: Phi(x) = 0.5 * erfc(-x / sqrt(2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
-_SQRT_HALF = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
-
-
-@tf.custom_gradient
-def gelu(x):
-    """Exact (erf) GELU, x * Phi(x), computed in float32 whatever x's dtype; result in x's dtype.
-
-    keras' gelu under mixed_bfloat16 runs every elementwise op of the erf form and of its
-    gradient as a bfloat16 Eigen kernel, which is not vectorised on CPU (measured: the FFN
-    activation was a quarter of a bfloat16 ELECTRA-small step). Here the forward pass is one
-    float32 erfc and two multiplies, and the backward pass recomputes Phi from the saved input
-    (no extra float32 [tokens, FFN] tensor is kept): dx = dy * (Phi(x) + x * phi(x)).
-    """
-    x32 = tf.cast(x, tf.float32)
-    y = tf.cast(x32 * (0.5 * tf.math.erfc(x32 * -_SQRT_HALF)), x.dtype)
-
-    def grad(dy):
-        t = tf.cast(x, tf.float32)
-        cdf = 0.5 * tf.math.erfc(t * -_SQRT_HALF)
-        pdf = tf.exp(-0.5 * tf.square(t)) * _INV_SQRT_2PI
-        return tf.cast(tf.cast(dy, tf.float32) * (cdf + t * pdf), x.dtype)
-
-    return y, grad

@@ -32,6 +32,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from electra_tf.modeling import fused
 from electra_tf.modeling.embeddings import LAYER_NORM_EPSILON, get_activation, truncated_normal
 
 
@@ -118,6 +119,8 @@ class DiscriminatorHead(keras.layers.Layer):
 
     Call arguments:
         sequence_output: float tensor `[batch_size, seq_length, hidden_size]`.
+        training: bool. Only selects the kernels (fused.py: XLA clusters in training calls);
+            the head has no dropout.
 
     Returns:
         float32 logits `[batch_size, seq_length]` (> 0 means "replaced").
@@ -143,11 +146,22 @@ class DiscriminatorHead(keras.layers.Layer):
         self.dense.build(sequence_output_shape)
         self.dense_1.build(tuple(sequence_output_shape[:-1]) + (self.hidden_size,))
 
-    def call(self, sequence_output):
-        logits = self.dense_1(self.dense(sequence_output))  # [B, L, 1]
+    def call(self, sequence_output, training=None):
+        dense = self.dense
+        if fused.use_xla(training) and dense.activation is keras.activations.gelu:
+            # bias + GELU as one compiled loop after the matmul (see fused.py).
+            dtype = self.compute_dtype
+            shape = tf.shape(sequence_output)
+            flat = tf.reshape(tf.cast(sequence_output, dtype), [-1, self.hidden_size])
+            hidden = fused.bias_gelu(tf.matmul(flat, tf.cast(dense.kernel, dtype)),
+                                     tf.cast(dense.bias, tf.float32))
+            hidden = tf.reshape(hidden, shape)
+        else:
+            hidden = dense(sequence_output)
+        logits = self.dense_1(hidden)  # [B, L, 1]
         return tf.cast(tf.squeeze(logits, axis=-1), "float32")
 
-    def compute_output_spec(self, sequence_output):
+    def compute_output_spec(self, sequence_output, training=None):
         return keras.KerasTensor(tuple(sequence_output.shape[:-1]), dtype="float32")
 
     def get_config(self):

@@ -1,6 +1,7 @@
-"""The optimised training step computes what the unoptimised one computes (issue 5).
+"""The optimised training step computes what the unoptimised one computes (issues 5 and 19).
 
-The fast path is three changes, each switched off here to rebuild the unoptimised step:
+The fast path of issue 5 is three changes, each switched off here to rebuild the unoptimised
+step (together with issue 19's kernels below):
 - `encoder.FUSED_BLOCK`: the fused transformer block (one QKV matmul, additive mask, mask-multiply
   dropout with keras' own seeds, LayerNorm / bfloat16 GELU with closed-form gradients) vs
   keras-hub's `TransformerEncoder.call` on the same variables;
@@ -9,6 +10,14 @@ The fast path is three changes, each switched off here to rebuild the unoptimise
 - the fused `ResourceApplyAdam` update of `AdamWeightDecay` vs its per-op update.
 A fixed-seed short run (dropout on, masking and sampling from the step seed) must give the same
 losses, gradient norms and weights up to float rounding.
+
+Issue 19 adds two switches in `electra_tf.modeling.fused`, each checked against the op-by-op path:
+- `KERNELS` "xla": the elementwise work between the matmuls (bias + GELU; mask + softmax +
+  dropout; bias + dropout + residual + LayerNorm; the embeddings' LayerNorm + dropout) as
+  XLA-compiled clusters with hand-written gradients, vs "tf" (op by op);
+- `DROPOUT_RNG` "hash": counter-based dropout bits, vs "philox" (keras' own draws). "hash" is
+  another stream, so it is compared with the op-by-op path using the same stream, and its masks
+  are checked for rate, independence and reproducibility.
 """
 
 import contextlib
@@ -19,7 +28,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import encoder
+from electra_tf.modeling import encoder, fused
 from electra_tf.pretraining import losses
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization, optimizers
@@ -48,6 +57,8 @@ def _unoptimised(monkeypatch):
         m.setattr(encoder, "FUSED_BLOCK", False)
         m.setattr(losses, "_softmax_cross_entropy", _reference_cross_entropy)
         m.setattr(optimizers, "_fusable_handles", lambda *args: None)
+        m.setattr(fused, "KERNELS", "tf")
+        m.setattr(fused, "DROPOUT_RNG", "philox")  # keras' own Dropout draws
         yield
 
 
@@ -96,7 +107,9 @@ def _run(steps, policy):
 
 
 def test_fused_float32_run_matches_unoptimised_run(monkeypatch):
-    fast, fast_weights = _run(3, "float32")
+    # Every optimisation on (XLA clusters too), with keras' dropout stream so the masks match.
+    with fused.kernel_options("xla", "philox"):
+        fast, fast_weights = _run(3, "float32")
     with _unoptimised(monkeypatch):
         slow, slow_weights = _run(3, "float32")
     # Same masks, samples and dropout: the losses agree to float rounding, step after step.
@@ -107,26 +120,37 @@ def test_fused_float32_run_matches_unoptimised_run(monkeypatch):
 
 
 def test_fused_bfloat16_run_tracks_unoptimised_run(monkeypatch):
-    fast, _ = _run(2, "mixed_bfloat16")
+    with fused.kernel_options("xla", "philox"):
+        fast, _ = _run(2, "mixed_bfloat16")
     with _unoptimised(monkeypatch):
         slow, _ = _run(2, "mixed_bfloat16")
-    # bfloat16 rounds differently in the two graphs (GELU in float32 here): a looser tolerance.
+    # bfloat16 rounds differently in the two graphs (elementwise math in float32 here): a looser
+    # tolerance.
     np.testing.assert_allclose(fast, slow, rtol=3e-2)
 
 
-def test_fused_block_is_the_default():
+def test_fused_kernels_are_the_default():
     assert encoder.FUSED_BLOCK is True
+    # Chosen on the kernel A/B of docs/benchmarks.md (issue 19: the op time outside the matmuls
+    # roughly halves) and equal to float rounding (below).
+    assert (fused.DEFAULT_KERNELS, fused.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
 
 
-@pytest.mark.parametrize("training", [False, True])
-def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
+def _padded_dropout_block():
+    """A small block with both dropout rates on, an input with padding: (layer, x, mask, the
+    layer's seed generator states to rewind to)."""
     keras.utils.set_random_seed(3)
     layer = encoder.TransformerLayer(64, 4, dropout=0.1, attention_dropout=0.2,
                                      activation=keras.activations.gelu, layer_norm_epsilon=1e-12)
     layer.build((None, None, 32))
     x = tf.random.stateless_normal([3, 9, 32], [1, 2])
     mask = tf.constant([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7])
-    state = [v.numpy() for v in layer.non_trainable_variables]
+    return layer, x, mask, [v.numpy() for v in layer.non_trainable_variables]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
+    layer, x, mask, state = _padded_dropout_block()
 
     def forward():
         with tf.GradientTape() as tape:
@@ -134,6 +158,8 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
             loss = tf.reduce_sum(y * tf.random.stateless_normal(tf.shape(y), [3, 4]))
         return y.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
 
+    monkeypatch.setattr(fused, "KERNELS", "tf")  # issue 5's op-by-op block, keras' masks
+    monkeypatch.setattr(fused, "DROPOUT_RNG", "philox")
     fast_y, fast_g = forward()
     for v, s in zip(layer.non_trainable_variables, state):
         v.assign(s)  # rewind the dropout seed generators: the same masks again
@@ -144,22 +170,269 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
-def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, monkeypatch):
-    # float16 cannot hold the -1e9 mask value: keras uses -3e4 there, and so must the fused block
-    # (0 * -inf would turn every kept score into NaN).
+@contextlib.contextmanager
+def _half_precision_block(policy):
+    """A small block with padding under a mixed-precision policy: (layer, x, padding mask)."""
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(4)
         layer = encoder.TransformerLayer(64, 4, activation=keras.activations.gelu,
                                          layer_norm_epsilon=1e-12)
         layer.build((None, None, 32))
-        x = tf.random.stateless_normal([2, 7, 32], [5, 6])
-        mask = tf.constant([[1] * 7, [1] * 3 + [0] * 4])
+        yield (layer, tf.random.stateless_normal([2, 7, 32], [5, 6]),
+               tf.constant([[1] * 7, [1] * 3 + [0] * 4]))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, monkeypatch):
+    # float16 cannot hold the -1e9 mask value: keras uses -3e4 there, and so must the fused block
+    # (0 * -inf would turn every kept score into NaN).
+    with _half_precision_block(policy) as (layer, x, mask):
         fast = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
         monkeypatch.setattr(encoder, "FUSED_BLOCK", False)
         slow = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
     assert np.all(np.isfinite(fast))
     np.testing.assert_allclose(fast, slow, atol=0.1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 19: XLA elementwise clusters and counter-based dropout bits
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rng", ["hash", pytest.param("philox", marks=pytest.mark.slow)])
+def test_xla_kernels_float32_run_matches_op_by_op_run(rng):
+    with fused.kernel_options("xla", rng):
+        fast, fast_weights = _run(3, "float32")
+    with fused.kernel_options("tf", rng):
+        slow, slow_weights = _run(3, "float32")
+    # Same masks (the same draws, or the same hash), samples and dropout: float rounding only.
+    np.testing.assert_allclose(fast, slow, rtol=2e-5)
+    assert np.all(np.abs(np.diff(fast[:, 0])) > 1e-4)
+    for a, b in zip(fast_weights, slow_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+
+
+@pytest.mark.slow
+def test_xla_kernels_bfloat16_run_tracks_op_by_op_run():
+    with fused.kernel_options("xla", "hash"):
+        fast, _ = _run(2, "mixed_bfloat16")
+    with fused.kernel_options("tf", "hash"):
+        slow, _ = _run(2, "mixed_bfloat16")
+    # The clusters do their elementwise math in float32 (op by op: bfloat16): a looser tolerance.
+    np.testing.assert_allclose(fast, slow, rtol=3e-2)
+
+
+def _layer_forward_backward(layer, x, mask, training):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, padding_mask=mask, training=training)
+        loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.random.stateless_normal(tf.shape(y),
+                                                                                 [3, 4]))
+    grads = tape.gradient(loss, [x] + layer.trainable_variables)
+    return tf.cast(y, tf.float32), [tf.cast(g, tf.float32) for g in grads]
+
+
+@pytest.mark.parametrize("rng", fused.DROPOUT_RNG_CHOICES)
+def test_xla_block_matches_op_by_op_block_with_padding(rng):
+    layer, x, mask, state = _padded_dropout_block()
+    results = {}
+    for kernels in fused.KERNEL_CHOICES:
+        for v, s in zip(layer.non_trainable_variables, state):
+            v.assign(s)  # rewind the dropout seed generators: the same masks again
+        with fused.kernel_options(kernels, rng):
+            y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
+        results[kernels] = (y.numpy(), [g.numpy() for g in grads])
+    (fast_y, fast_g), (slow_y, slow_g) = results["xla"], results["tf"]
+    np.testing.assert_allclose(fast_y, slow_y, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fast_g, slow_g):  # the input's gradient and every variable's
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_hash_dropout_is_another_stream_of_the_same_block():
+    keras.utils.set_random_seed(5)
+    layer = encoder.TransformerLayer(64, 4, dropout=0.1, activation=keras.activations.gelu,
+                                     layer_norm_epsilon=1e-12)
+    layer.build((None, None, 32))
+    x = tf.random.stateless_normal([4, 16, 32], [1, 2])
+    state = [v.numpy() for v in layer.non_trainable_variables]
+    out = {}
+    for rng in fused.DROPOUT_RNG_CHOICES:
+        for v, s in zip(layer.non_trainable_variables, state):
+            v.assign(s)
+        with fused.kernel_options("xla", rng):
+            out[rng] = layer(x, training=True).numpy()
+    with fused.kernel_options("xla"):
+        clean = layer(x, training=False).numpy()
+    # Other masks from the same seed generators, the same amount of dropout noise.
+    assert not np.allclose(out["hash"], out["philox"], atol=1e-3)
+    noise = {rng: np.abs(y - clean).mean() for rng, y in out.items()}
+    assert 0.8 < noise["hash"] / noise["philox"] < 1.25, noise
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_xla_block_half_precision_is_finite_and_tracks_op_by_op(policy):
+    out = {}
+    with _half_precision_block(policy) as (layer, x, mask):
+        for kernels in fused.KERNEL_CHOICES:
+            with fused.kernel_options(kernels):
+                y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
+            out[kernels] = [y.numpy()] + [g.numpy() for g in grads]
+    for a, b in zip(out["xla"], out["tf"]):
+        assert np.all(np.isfinite(a))
+        np.testing.assert_allclose(a, b, atol=0.1 * max(1.0, np.abs(b).max()))
+
+
+def _compiled_calls(graph_def):
+    """Names of the functions a graph calls with _XlaMustCompile (the XLA clusters)."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    nodes = list(graph_def.node) + [n for f in library.values() for n in f.node_def]
+    return {n.attr["f"].func.name for n in nodes
+            if "f" in n.attr and library.get(n.attr["f"].func.name) is not None
+            and library[n.attr["f"].func.name].attr["_XlaMustCompile"].b}
+
+
+def test_xla_clusters_run_in_training_calls_only():
+    keras.utils.set_random_seed(0)
+    model = encoder.ElectraEncoder(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, intermediate_size=64,
+                                   embedding_size=16)
+    ids = tf.ones([2, 8], tf.int32)
+    inputs = {"input_ids": ids, "input_mask": ids, "segment_ids": ids * 0}
+    with fused.kernel_options("xla"):
+        traced = {training: tf.function(lambda: model(inputs, training=training)
+                                         ["sequence_output"]).get_concrete_function()
+                  for training in (False, True)}
+    # Evaluation and export trace op-by-op kernels (no XLA JIT needed to serve a SavedModel);
+    # training calls run the embeddings' and the block's clusters.
+    assert not _compiled_calls(traced[False].graph.as_graph_def())
+    assert len(_compiled_calls(traced[True].graph.as_graph_def())) >= 3
+
+
+def test_xla_kernels_under_mirrored_strategy_match_one_device(mirrored_strategy):
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs the two logical CPU devices set up by conftest.py")
+    from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
+    from tests.modeling.test_modeling_distribute import (BATCH as DIST_BATCH, CFG, GEN, _batch,
+                                                         _per_example_loss, _unique_weights,
+                                                         _variables)
+
+    def build(rate):
+        no_dropout = dict(hidden_dropout_prob=rate, attention_probs_dropout_prob=rate)
+        disc = encoder.ElectraEncoder(**CFG, **no_dropout)
+        gen = encoder.ElectraEncoder(**GEN, **no_dropout, embeddings=disc.embeddings,
+                                     name="generator")
+        disc_head, gen_head = DiscriminatorHead(16), GeneratorHead(8, 50)
+        disc_head.build((None, None, 16))
+        gen_head.build((None, None, 8))
+        return disc, gen, disc_head, gen_head
+
+    strategy = mirrored_strategy
+    batch = _batch()
+    dataset = tf.data.Dataset.from_tensors(batch).unbatch().batch(DIST_BATCH)
+    dist_batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
+    with fused.kernel_options("xla", "hash"):
+        # Training calls (the XLA clusters) without dropout: exactly the one-device step.
+        keras.utils.set_random_seed(3)
+        single = build(0.0)
+        with strategy.scope():
+            mirrored = build(0.0)
+            dropped = build(0.1)
+        for a, b in zip(_unique_weights(single), _unique_weights(mirrored)):
+            b.assign(a)
+        single_vars = _variables(single)
+
+        @tf.function
+        def single_step():
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(_per_example_loss(single, batch, True)) / DIST_BATCH
+            return loss, tape.gradient(loss, single_vars)
+
+        def make_step(models):
+            variables = _variables(models)
+
+            @tf.function
+            def step(inputs):
+                def replica_fn(inputs):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_sum(_per_example_loss(models, inputs, True)) / DIST_BATCH
+                    grads = tape.gradient(loss, variables)
+                    return loss, tf.distribute.get_replica_context().all_reduce("SUM", grads)
+                loss, grads = strategy.run(replica_fn, args=(inputs,))
+                return strategy.reduce("SUM", loss, axis=None), [
+                    strategy.experimental_local_results(g) for g in grads]
+            return step
+
+        single_loss, single_grads = single_step()
+        loss, grads = make_step(mirrored)(dist_batch)
+        dropped_loss, _ = make_step(dropped)(dist_batch)  # hash dropout under the strategy
+    np.testing.assert_allclose(loss.numpy(), single_loss.numpy(), rtol=1e-5)
+    for copies, g in zip(grads, single_grads):
+        first, second = (tf.convert_to_tensor(c).numpy() for c in copies)
+        np.testing.assert_array_equal(first, second)
+        np.testing.assert_allclose(first, tf.convert_to_tensor(g).numpy(), rtol=1e-4, atol=1e-6)
+    assert np.isfinite(dropped_loss.numpy())
+
+
+def test_hash_bits_are_the_same_in_and_out_of_xla_and_reproducible():
+    seed = tf.constant([7, 11], tf.int32)
+    plain = fused.hash_bits(seed, [3, 5, 7]).numpy()
+    compiled = tf.function(lambda s: fused.hash_bits(s, [3, 5, 7]), jit_compile=True)(seed)
+    np.testing.assert_array_equal(plain, compiled.numpy())
+    np.testing.assert_array_equal(plain, fused.hash_bits(seed, [3, 5, 7]).numpy())
+    assert plain.dtype == np.uint32 and len(np.unique(plain)) == plain.size
+    other = fused.hash_bits(tf.constant([7, 12], tf.int32), [3, 5, 7]).numpy()
+    assert np.mean(plain == other) < 0.01
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_hash_dropout_masks_have_the_rate_and_no_correlations(rate):
+    shape = [64, 4, 64, 64]  # [batch, heads, queries, keys]: 1M elements
+    n = np.prod(shape)
+
+    def keep(seed):
+        noise = fused.Noise(rate, "hash", tf.constant(seed, tf.int32))
+        return fused.keep_mask(noise, shape).numpy().astype(np.float64)
+
+    k = keep([5, 0])
+    p = 1 - rate
+    sigma = np.sqrt(p * (1 - p) / n)
+    assert abs(k.mean() - p) < 6 * sigma
+    # Neighbours along every axis, and the next call of the same seed generator ([5, 1]) or
+    # another layer's generator ([6, 0]), are independent: correlation ~ 0.
+    centred = k - k.mean()
+    for axis in range(4):
+        a = np.moveaxis(centred, axis, 0)
+        corr = np.mean(a[1:] * a[:-1]) / centred.var()
+        assert abs(corr) < 0.01, (axis, corr)
+    for seed in ([5, 1], [6, 0], [5, 2 ** 20]):
+        corr = np.mean(centred * (keep(seed) - p)) / centred.var()
+        assert abs(corr) < 0.01, (seed, corr)
+    # No position is biased: per-row and per-column keep rates stay within binomial noise.
+    per_key = k.reshape(-1, shape[-1]).mean(axis=0)
+    assert np.abs(per_key - p).max() < 6 * np.sqrt(p * (1 - p) / (n / shape[-1]))
+
+
+def test_hash_dropout_follows_the_layer_seed_generator():
+    keras.utils.set_random_seed(1)
+    layer = keras.layers.Dropout(0.3)
+    layer.build((4, 8))
+    x = tf.ones([4, 8])
+    state = layer.seed_generator.state.numpy()
+    with fused.kernel_options(dropout_rng="hash"):
+        first = fused.dropout(x, layer, True).numpy()
+        second = fused.dropout(x, layer, True).numpy()
+        layer.seed_generator.state.assign(state)
+        again = fused.dropout(x, layer, True).numpy()
+        assert np.array_equal(fused.dropout(x, layer, False).numpy(), x.numpy())
+    np.testing.assert_array_equal(first, again)  # seeded and reproducible
+    assert not np.array_equal(first, second)  # a new mask at every call
+    assert set(np.unique(first)) <= {0.0, np.float32(1 / 0.7)}
+
+
+def test_kernel_switches_reject_unknown_choices():
+    with pytest.raises(ValueError, match="kernels must be one of"):
+        fused.configure(kernels="cuda")
+    with pytest.raises(ValueError, match="dropout_rng must be one of"):
+        fused.configure(dropout_rng="threefry")
+    assert fused.KERNELS in fused.KERNEL_CHOICES and fused.DROPOUT_RNG in fused.DROPOUT_RNG_CHOICES

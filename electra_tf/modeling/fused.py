@@ -1,0 +1,573 @@
+"""Elementwise kernels of the transformer block, op by op or as XLA-compiled clusters.
+
+Between its matmuls, a post-LN transformer block does only memory-bound elementwise work: bias
+adds, GELU, the attention mask and softmax, dropout, residual adds and LayerNorm, and their
+gradients. TensorFlow runs each of these as its own kernel (one pass over memory each), ~25 per
+layer. This module computes them two ways, chosen by `KERNELS` when a model is traced:
+
+- "tf": op by op (TensorFlow kernels), with closed-form gradients for LayerNorm and GELU. This
+  is the block's original fast path (issue 5).
+- "xla": each run of elementwise work between two matmuls is one `tf.function(jit_compile=True)`
+  with a hand-written gradient that is itself one compiled function, so XLA fuses it into one
+  or two loops while the matmuls stay outside XLA (oneDNN on CPU; cuBLAS on GPU). Five clusters:
+    split_heads                   QKV bias, head split, query scale   grad: dqkv, db
+    bias_gelu                     FFN: gelu(h + b)              grad: dh, db (one pass + column sum)
+    attention_probs               dropout(softmax(s + mask))    grad: ds
+    bias_dropout_residual_norm    LN(dropout(h + b) + r)        grad: dh, db, dr, dgamma, dbeta
+    norm_dropout                  dropout(LN(x)) (embeddings)   grad: dx, dgamma, dbeta
+  All of their arithmetic is float32 whatever the compute dtype (under mixed_bfloat16 the inputs
+  are upcast and the outputs rounded once, inside the fused loop, so it costs no memory traffic);
+  bias, gamma and beta gradients are summed in float32.
+
+Dropout randomness, chosen by `DROPOUT_RNG`:
+- "philox": keras' own stream. The keep mask is `u >= rate` for u drawn by
+  `tf.random.stateless_uniform` in the input's dtype from the Dropout layer's seed generator,
+  exactly as `keras.layers.Dropout` draws it, so every mask equals keras'. (The draw stays a
+  TensorFlow kernel outside XLA: XLA's CPU Philox is ~100x slower than TensorFlow's.)
+- "hash": a counter-based stream. Each element's 32 keep bits are a keyed hash of its (row,
+  column) counter, `fmix32(row_key + column * C)`, with the key taken from the same seed
+  generator (`hash_bits`), computed in registers inside the fused loop and recomputed in the
+  backward pass: no random tensor is written, read or kept for the gradient. The masks are
+  seeded and reproducible (same seed generator state -> same masks, on every device: integer
+  arithmetic is exact), but they are a different stream from keras': a model trained with
+  "hash" sees other masks than with "philox". The keep probability is 1 - round(rate * 2^32) /
+  2^32 (keras' bfloat16 draw resolves the rate to 1/128 only: 0.1 becomes 13/128).
+
+Both switches are read when a model is traced (`tf.function` / Keras call), so set them before
+building the training step (`configure`, the `kernel_options` context manager, or the
+ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG environment variables for a whole process). The
+clusters run in training calls only (`use_xla`): evaluation and exported models use the op-by-op
+kernels, so serving a SavedModel never needs the XLA JIT.
+
+GPU and TPU: the clusters are ordinary XLA functions (on TPU everything is XLA anyway; on GPU XLA
+compiles them for the device), and the hash is plain 32-bit integer arithmetic, so every
+combination runs there unchanged. tests/training/test_speed_equivalence.py checks every combination
+against the op-by-op path: losses, gradients and weights agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import NamedTuple, Optional
+
+import keras
+import tensorflow as tf
+
+KERNEL_CHOICES = ("tf", "xla")
+DROPOUT_RNG_CHOICES = ("philox", "hash")
+
+# Read at trace time by the encoder, embeddings and heads (see the module docstring). The
+# environment variables ELECTRA_TF_KERNELS and ELECTRA_TF_DROPOUT_RNG override the defaults for
+# a whole process (e.g. a run_pretraining.py job); `configure` changes them in code.
+DEFAULT_KERNELS = "xla"
+DEFAULT_DROPOUT_RNG = "hash"
+KERNELS = DEFAULT_KERNELS
+DROPOUT_RNG = DEFAULT_DROPOUT_RNG
+
+
+def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None) -> None:
+    """Sets the kernel implementation and the dropout stream for models traced from now on.
+
+    Args:
+        kernels: "tf" (op by op) or "xla" (compiled elementwise clusters); None keeps the current.
+        dropout_rng: "philox" (keras' stream) or "hash" (counter-based); None keeps the current.
+
+    Raises:
+        ValueError: an unknown choice.
+    """
+    global KERNELS, DROPOUT_RNG
+    if kernels is not None:
+        if kernels not in KERNEL_CHOICES:
+            raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {kernels!r}")
+        KERNELS = kernels
+    if dropout_rng is not None:
+        if dropout_rng not in DROPOUT_RNG_CHOICES:
+            raise ValueError(f"dropout_rng must be one of {', '.join(DROPOUT_RNG_CHOICES)}, "
+                             f"got {dropout_rng!r}")
+        DROPOUT_RNG = dropout_rng
+
+
+try:
+    configure(os.environ.get("ELECTRA_TF_KERNELS") or None,
+              os.environ.get("ELECTRA_TF_DROPOUT_RNG") or None)
+except ValueError as error:
+    raise ValueError(f"environment variable ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG: "
+                     f"{error}") from None
+
+
+@contextlib.contextmanager
+def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = None):
+    """`configure` for the duration of a `with` block (restores the previous choices)."""
+    previous = (KERNELS, DROPOUT_RNG)
+    configure(kernels, dropout_rng)
+    try:
+        yield
+    finally:
+        configure(*previous)
+
+
+def use_xla(training) -> bool:
+    """Whether a call traced now runs its elementwise work in XLA clusters: KERNELS = "xla" and
+    a training call. Inference (training False: evaluation, export, fine-tuned serving) always
+    runs the op-by-op kernels, so a SavedModel never needs the XLA JIT."""
+    return KERNELS == "xla" and bool(training)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dropout randomness
+# ------------------------------------------------------------------------------------------------
+class Noise(NamedTuple):
+    """What one dropout call draws: its rate, its stream and the tensor that defines the mask.
+
+    `tensor` is u ~ U[0, 1) shaped like the input (kind "philox"), or the int32 [2] seed the
+    hash is keyed with (kind "hash").
+    """
+    rate: float
+    kind: str
+    tensor: tf.Tensor
+
+
+def keras_seed(seed_generator) -> tf.Tensor:
+    """The seed keras' TF backend draws for one random op: next state, as int32 (`_cast_seed`)."""
+    seed = seed_generator.next()
+    if seed.dtype == tf.int32:
+        return seed
+    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+
+
+def draw_noise(layer: keras.layers.Dropout, shape, dtype, training: bool) -> Optional[Noise]:
+    """Advances `layer`'s seed generator once (as keras' Dropout does) and returns the draw.
+
+    Returns None when no dropout applies (not training, or rate 0).
+    """
+    rate = float(layer.rate)
+    if not training or rate <= 0:
+        return None
+    seed = keras_seed(layer.seed_generator)
+    if DROPOUT_RNG == "hash":
+        return Noise(rate, "hash", seed)
+    return Noise(rate, "philox", tf.random.stateless_uniform(shape, seed=seed, dtype=dtype))
+
+
+_C_ROW = 0x9E3779B9  # odd constants of the counter -> key mixing (golden ratio, murmur3)
+_C_COL = 0x85EBCA77
+_C_SEED = 0x27D4EB2F
+
+
+def _u32(value: int) -> tf.Tensor:
+    return tf.constant(value, tf.uint32)
+
+
+def _fmix32(x: tf.Tensor) -> tf.Tensor:
+    """murmur3's 32-bit finaliser: a bijection of uint32 whose every input bit flips about half
+    of the output bits."""
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+    x = x * _u32(0x85EBCA6B)
+    x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(13)))
+    x = x * _u32(0xC2B2AE35)
+    return tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
+
+
+def hash_bits(seed: tf.Tensor, shape) -> tf.Tensor:
+    """Counter-based random bits: uint32 `shape`, a keyed hash of each element's position.
+
+    The tensor is viewed as rows x columns (columns = the last axis). Each row gets a key
+    `fmix32(row * C1 + key)` ([rows, 1], cheap), and each element `fmix32(row_key + column *
+    C2)`: about ten integer operations per element, which XLA fuses into the loop that uses
+    them. Pure function of (seed, shape): the same on every device and in and out of XLA.
+
+    Args:
+        seed: int32 [2] (a keras seed generator state).
+        shape: static or dynamic shape, rank >= 1, fewer than 2^31 rows.
+    """
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
+    key = _fmix32(_fmix32(seed[0] + _u32(_C_SEED)) + seed[1] * _u32(_C_ROW))
+    rows = tf.bitcast(tf.range(tf.reduce_prod(shape[:-1]), dtype=tf.int32), tf.uint32)
+    cols = tf.bitcast(tf.range(shape[-1], dtype=tf.int32), tf.uint32)
+    row_keys = _fmix32(rows * _u32(_C_ROW) + key)[:, tf.newaxis]
+    bits = _fmix32(row_keys + cols[tf.newaxis, :] * _u32(_C_COL))
+    return tf.reshape(bits, shape)
+
+
+def keep_mask(noise: Noise, shape) -> tf.Tensor:
+    """bool keep mask of `shape` for a draw (True = the element survives dropout)."""
+    if noise.kind == "hash":
+        threshold = min(int(round(noise.rate * 2.0 ** 32)), 2 ** 32 - 1)
+        keep = hash_bits(noise.tensor, shape) >= _u32(threshold)
+        return keep if noise.rate < 1 else tf.zeros_like(keep)
+    u = noise.tensor
+    return u >= tf.constant(noise.rate, u.dtype)
+
+
+def dropout_scale(noise: Noise, shape, dtype) -> tf.Tensor:
+    """The dropout multiplier of `shape`: 1 / (1 - rate) where kept, 0 where dropped."""
+    scale = 0.0 if noise.rate >= 1 else 1.0 / (1.0 - noise.rate)
+    return tf.where(keep_mask(noise, shape), tf.constant(scale, dtype), tf.constant(0.0, dtype))
+
+
+def dropout(x: tf.Tensor, layer: keras.layers.Dropout, training: bool) -> tf.Tensor:
+    """What `layer(x, training=training)` computes, as x * mask with mask in {0, 1 / (1 - rate)}.
+
+    keras' Dropout (`tf.nn.experimental.stateless_dropout`) draws u ~ U[0, 1) in x's dtype from
+    the layer's seed generator and returns where(u >= rate, x * scale, 0); with
+    DROPOUT_RNG = "philox" the same draw gives the same mask here ("hash": the counter-based
+    stream, see the module docstring). The multiply's gradient is one multiply by the same mask,
+    where keras' backward pass runs a select and a multiply.
+
+    Args:
+        x: float tensor.
+        layer: the keras Dropout layer whose rate and seed generator to use.
+        training: bool. Dropout only applies when True (and rate > 0).
+
+    Returns:
+        A tensor like x.
+    """
+    if not training or layer.rate <= 0:
+        return x
+    if layer.rate >= 1:
+        return tf.zeros_like(x)
+    noise = draw_noise(layer, tf.shape(x), x.dtype, training)
+    return x * dropout_scale(noise, tf.shape(x), x.dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# Op-by-op kernels with closed-form gradients ("tf")
+# ------------------------------------------------------------------------------------------------
+def layer_norm(x: tf.Tensor, layer: keras.layers.LayerNormalization, dtype) -> tf.Tensor:
+    """`layer(x)` over the last axis (float32 math, result in `dtype`), with a fused gradient.
+
+    Forward: y = (x - mean) * rsqrt(var + epsilon) * gamma + beta, as keras'
+    `ops.layer_normalization` (which computes in at least float32). The gradient is the closed
+    form dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)), dxhat = dy * gamma,
+    instead of differentiating the moments graph op by op.
+
+    Args:
+        x: float tensor [..., H].
+        layer: the keras LayerNormalization (last-axis, center and scale) owning gamma and beta.
+        dtype: the compute dtype of the result.
+    """
+    return tf.cast(_layer_norm(tf.cast(x, tf.float32), tf.cast(layer.gamma, tf.float32),
+                               tf.cast(layer.beta, tf.float32), layer.epsilon), dtype)
+
+
+def _norm_forward(x, gamma, beta, epsilon):
+    """float32 LayerNorm over the last axis: (y, normalized, rstd)."""
+    mean = tf.reduce_mean(x, axis=-1, keepdims=True)
+    centered = x - mean
+    rstd = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
+    normalized = centered * rstd
+    return normalized * gamma + beta, normalized, rstd
+
+
+def _norm_backward(dy, normalized, rstd, gamma):
+    """Gradients of `_norm_forward` (float32): dx, dgamma, dbeta."""
+    reduce_axes = tf.range(tf.rank(dy) - 1)
+    d_gamma = tf.reduce_sum(dy * normalized, axis=reduce_axes)
+    d_beta = tf.reduce_sum(dy, axis=reduce_axes)
+    d_normalized = dy * gamma
+    dx = rstd * (d_normalized - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
+                 - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True))
+    return dx, d_gamma, d_beta
+
+
+@tf.custom_gradient
+def _layer_norm(x, gamma, beta, epsilon):
+    y, normalized, rstd = _norm_forward(x, gamma, beta, epsilon)
+
+    def grad(dy):
+        return _norm_backward(dy, normalized, rstd, gamma) + (None,)
+
+    return y, grad
+
+
+# Exact GELU constants: Phi(x) = 0.5 * erfc(-x / sqrt(2)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+_SQRT_HALF = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
+
+def _gelu_and_slope(x, use_erf=False):
+    """float32 exact GELU x * Phi(x), and its derivative Phi(x) + x * phi(x) (as a function).
+
+    Phi from erfc (op by op: TensorFlow's erfc kernel keeps relative precision for very negative
+    x) or from erf (in XLA clusters: XLA's erf is a rational polynomial without the exp that its
+    erfc needs, ~40% cheaper; it is the form of tf.nn.gelu and keras, and equal to float
+    rounding wherever GELU is not ~0)."""
+    if use_erf:
+        cdf = 0.5 + 0.5 * tf.math.erf(x * _SQRT_HALF)
+    else:
+        cdf = 0.5 * tf.math.erfc(x * -_SQRT_HALF)
+    return x * cdf, lambda: cdf + x * (tf.exp(-0.5 * tf.square(x)) * _INV_SQRT_2PI)
+
+
+@tf.custom_gradient
+def gelu(x):
+    """Exact (erf) GELU, x * Phi(x), computed in float32 whatever x's dtype; result in x's dtype.
+
+    keras' gelu under mixed_bfloat16 runs every elementwise op of the erf form and of its
+    gradient as a bfloat16 Eigen kernel, which is not vectorised on CPU (measured: the FFN
+    activation was a quarter of a bfloat16 ELECTRA-small step). Here the forward pass is one
+    float32 erfc and two multiplies, and the backward pass recomputes Phi from the saved input
+    (no extra float32 [tokens, FFN] tensor is kept): dx = dy * (Phi(x) + x * phi(x)).
+    """
+    y, _ = _gelu_and_slope(tf.cast(x, tf.float32))
+
+    def grad(dy):
+        _, slope = _gelu_and_slope(tf.cast(x, tf.float32))
+        return tf.cast(tf.cast(dy, tf.float32) * slope(), x.dtype)
+
+    return tf.cast(y, x.dtype), grad
+
+
+# ------------------------------------------------------------------------------------------------
+# XLA clusters ("xla")
+# ------------------------------------------------------------------------------------------------
+def _compiled(fn):
+    """`fn` (keyword-only static arguments after the tensors) as one XLA-compiled function per
+    combination of static arguments, shared by every layer that calls it (one compilation per
+    shape, not per layer)."""
+    cache = {}
+
+    @functools.wraps(fn)
+    def call(*tensors, **static):
+        key = tuple(sorted(static.items()))
+        if key not in cache:
+            cache[key] = tf.function(functools.partial(fn, **static), jit_compile=True,
+                                     autograph=False)
+        return cache[key](*tensors)
+
+    return call
+
+
+def _noise_tensor(noise: Optional[Noise]):
+    return tf.zeros([2], tf.int32) if noise is None else noise.tensor
+
+
+def _static_noise(noise: Optional[Noise]) -> dict:
+    return {"rate": 0.0 if noise is None else noise.rate,
+            "kind": "none" if noise is None else noise.kind}
+
+
+def _apply_dropout(x32, noise_tensor, rate, kind):
+    """float32 x * mask inside a cluster (mask from the draw or the hash, never stored)."""
+    if kind == "none":
+        return x32
+    return x32 * dropout_scale(Noise(rate, kind, noise_tensor), tf.shape(x32), tf.float32)
+
+
+def _column_sum(x):
+    return tf.reduce_sum(tf.reshape(x, [-1, tf.shape(x)[-1]]), axis=0)
+
+
+# --- QKV bias + head split + query scaling ------------------------------------------------------
+@_compiled
+def _split_heads_forward(qkv, bias, *, heads, scale):
+    shape = tf.shape(qkv)  # [B, L, 3 * H]
+    x = tf.reshape(tf.cast(qkv, tf.float32) + bias, [shape[0], shape[1], 3, heads, -1])
+    query, key, value = tf.unstack(tf.transpose(x, [2, 0, 3, 1, 4]), 3)
+    return tuple(tf.cast(t, qkv.dtype) for t in (query * scale, key, value))
+
+
+@_compiled
+def _split_heads_backward(d_query, d_key, d_value, *, scale):
+    d = tf.stack([tf.cast(d_query, tf.float32) * scale, tf.cast(d_key, tf.float32),
+                  tf.cast(d_value, tf.float32)])  # [3, B, heads, L, hs]
+    shape = tf.shape(d)
+    d = tf.reshape(tf.transpose(d, [1, 3, 0, 2, 4]), [shape[1], shape[3], -1])  # [B, L, 3H]
+    return tf.cast(d, d_query.dtype), _column_sum(d)
+
+
+def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int, scale: float):
+    """(qkv + bias) split into scaled query, key and value heads, as one compiled loop.
+
+    Args:
+        qkv: [B, L, 3 * H] output of the fused QKV matmul, in the compute dtype.
+        bias: [3 * H] float32 (query, key, value biases).
+        heads: number of heads (H = heads * head_size).
+        scale: the query scaling, 1 / sqrt(head_size).
+
+    Returns:
+        query * scale, key, value: [B, heads, L, head_size] each, in qkv's dtype. Gradient: one
+        loop back to [B, L, 3H] plus the bias's column sum (no stack, transpose and BiasAddGrad
+        kernels).
+    """
+    @tf.custom_gradient
+    def run(qkv, bias):
+        def grad(d_query, d_key, d_value):
+            return _split_heads_backward(d_query, d_key, d_value, scale=scale)
+
+        return _split_heads_forward(qkv, bias, heads=heads, scale=scale), grad
+
+    return run(qkv, bias)
+
+
+# --- bias + GELU (FFN intermediate) -------------------------------------------------------------
+@_compiled
+def _bias_gelu_forward(h, bias):
+    y, _ = _gelu_and_slope(tf.cast(h, tf.float32) + bias, use_erf=True)
+    return tf.cast(y, h.dtype)
+
+
+@_compiled
+def _bias_gelu_backward(dy, h, bias):
+    _, slope = _gelu_and_slope(tf.cast(h, tf.float32) + bias, use_erf=True)
+    dx = tf.cast(dy, tf.float32) * slope()
+    return tf.cast(dx, h.dtype), _column_sum(dx)
+
+
+def bias_gelu(h: tf.Tensor, bias: tf.Tensor) -> tf.Tensor:
+    """Exact GELU of h + bias as one compiled loop; gradient one loop + a column sum.
+
+    Args:
+        h: [..., N] matmul output in the compute dtype.
+        bias: [N] float32.
+
+    Returns:
+        gelu(h + bias) in h's dtype.
+    """
+    @tf.custom_gradient
+    def run(h, bias):
+        def grad(dy):
+            return _bias_gelu_backward(dy, h, bias)
+
+        return _bias_gelu_forward(h, bias), grad
+
+    return run(h, bias)
+
+
+# --- attention: mask + softmax + dropout ---------------------------------------------------------
+@_compiled
+def _attention_forward(scores, mask_bias, noise, *, rate, kind):
+    probs = tf.nn.softmax(tf.cast(scores, tf.float32) + mask_bias, axis=-1)
+    return tf.cast(_apply_dropout(probs, noise, rate, kind), scores.dtype), tf.cast(probs,
+                                                                                  scores.dtype)
+
+
+@_compiled
+def _attention_backward(dout, probs, noise, *, rate, kind):
+    d_probs = _apply_dropout(tf.cast(dout, tf.float32), noise, rate, kind)
+    p = tf.cast(probs, tf.float32)
+    d_scores = p * (d_probs - tf.reduce_sum(d_probs * p, axis=-1, keepdims=True))
+    return tf.cast(d_scores, probs.dtype)
+
+
+def attention_probs(scores: tf.Tensor, mask_bias: tf.Tensor, noise: Optional[Noise]) -> tf.Tensor:
+    """dropout(softmax(scores + mask_bias)) as one compiled loop (float32 softmax).
+
+    Args:
+        scores: [B, heads, Lq, Lk] in the compute dtype.
+        mask_bias: float32, broadcastable to scores (0 for keys to attend to, a large negative
+            number for padding), e.g. [B, 1, 1, Lk].
+        noise: the dropout draw (`draw_noise`) for the probabilities, or None.
+
+    Returns:
+        [B, heads, Lq, Lk] dropped-out probabilities in scores' dtype. The softmax output is
+        kept (in scores' dtype) for the gradient, as TensorFlow's softmax keeps it.
+    """
+    static = _static_noise(noise)
+    noise_tensor = _noise_tensor(noise)
+
+    @tf.custom_gradient
+    def run(scores):
+        out, probs = _attention_forward(scores, mask_bias, noise_tensor, **static)
+
+        def grad(dout):
+            return _attention_backward(dout, probs, noise_tensor, **static)
+
+        return out, grad
+
+    return run(scores)
+
+
+# --- bias + dropout + residual + LayerNorm (attention output, FFN output) -----------------------
+@_compiled
+def _bdrn_forward(h, bias, residual, gamma, beta, noise, *, rate, kind, epsilon):
+    x = _apply_dropout(tf.cast(h, tf.float32) + bias, noise, rate, kind)
+    y, normalized, rstd = _norm_forward(x + tf.cast(residual, tf.float32), gamma, beta, epsilon)
+    return tf.cast(y, h.dtype), normalized, rstd
+
+
+@_compiled
+def _bdrn_backward(dy, normalized, rstd, gamma, noise, *, rate, kind, dtype):
+    dx, d_gamma, d_beta = _norm_backward(tf.cast(dy, tf.float32), normalized, rstd, gamma)
+    dh = _apply_dropout(dx, noise, rate, kind)
+    return tf.cast(dh, dtype), _column_sum(dh), tf.cast(dx, dtype), d_gamma, d_beta
+
+
+def bias_dropout_residual_norm(h, bias, residual, gamma, beta, epsilon: float,
+                               noise: Optional[Noise]) -> tf.Tensor:
+    """LayerNorm(dropout(h + bias) + residual) as one compiled loop; its gradient as another.
+
+    Args:
+        h: [rows, H] matmul output in the compute dtype.
+        bias, gamma, beta: [H] float32.
+        residual: [rows, H] in the compute dtype.
+        epsilon: LayerNorm epsilon.
+        noise: the dropout draw for h + bias, or None.
+
+    Returns:
+        [rows, H] in h's dtype. Kept for the gradient: the float32 normalized values and
+        1/std per row (as the op-by-op LayerNorm keeps them), plus the draw ("philox") or
+        nothing ("hash": the mask is recomputed).
+    """
+    static = dict(_static_noise(noise), epsilon=float(epsilon))
+    noise_tensor = _noise_tensor(noise)
+    dtype = h.dtype.name
+
+    @tf.custom_gradient
+    def run(h, bias, residual, gamma, beta):
+        y, normalized, rstd = _bdrn_forward(h, bias, residual, gamma, beta, noise_tensor,
+                                            **static)
+
+        def grad(dy):
+            return _bdrn_backward(dy, normalized, rstd, gamma, noise_tensor,
+                                  rate=static["rate"], kind=static["kind"], dtype=dtype)
+
+        return y, grad
+
+    return run(h, bias, residual, gamma, beta)
+
+
+# --- LayerNorm + dropout (embeddings) -----------------------------------------------------------
+@_compiled
+def _norm_dropout_forward(x, gamma, beta, noise, *, rate, kind, epsilon):
+    y, normalized, rstd = _norm_forward(tf.cast(x, tf.float32), gamma, beta, epsilon)
+    return tf.cast(_apply_dropout(y, noise, rate, kind), x.dtype), normalized, rstd
+
+
+@_compiled
+def _norm_dropout_backward(dy, normalized, rstd, gamma, noise, *, rate, kind, dtype):
+    dy = _apply_dropout(tf.cast(dy, tf.float32), noise, rate, kind)
+    dx, d_gamma, d_beta = _norm_backward(dy, normalized, rstd, gamma)
+    return tf.cast(dx, dtype), d_gamma, d_beta
+
+
+def norm_dropout(x, gamma, beta, epsilon: float, noise: Optional[Noise]) -> tf.Tensor:
+    """dropout(LayerNorm(x)) over the last axis as one compiled loop; gradient another.
+
+    Args:
+        x: [..., E] in the compute dtype.
+        gamma, beta: [E] float32.
+        epsilon: LayerNorm epsilon.
+        noise: the dropout draw for the normalized values, or None.
+
+    Returns:
+        A tensor like x.
+    """
+    static = dict(_static_noise(noise), epsilon=float(epsilon))
+    noise_tensor = _noise_tensor(noise)
+    dtype = x.dtype.name
+
+    @tf.custom_gradient
+    def run(x, gamma, beta):
+        y, normalized, rstd = _norm_dropout_forward(x, gamma, beta, noise_tensor, **static)
+
+        def grad(dy):
+            return _norm_dropout_backward(dy, normalized, rstd, gamma, noise_tensor,
+                                          rate=static["rate"], kind=static["kind"], dtype=dtype)
+
+        return y, grad
+
+    return run(x, gamma, beta)
