@@ -180,8 +180,16 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                                   bias(out))
         attended = dropout(attended, self._self_attention_dropout, training) + rows
         attended = layer_norm(attended, self._self_attention_layer_norm, dtype)
+        return tf.reshape(self._fused_feedforward(attended, dtype, training), shape)
 
+    def _fused_feedforward(self, attended, dtype, training):
+        """`_fused_call`'s feed-forward half on rows [B*L, H]: dense, GELU, dense, dropout,
+        residual, LayerNorm."""
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
+
+        def bias(layer):
+            return tf.reshape(tf.cast(layer.bias, dtype), [-1])
+
         hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
         if inner.activation is keras.activations.gelu and dtype in _CUSTOM_GELU_DTYPES:
             hidden = gelu(hidden)
@@ -189,8 +197,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             hidden = inner.activation(hidden)
         hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))
         hidden = dropout(hidden, self._feedforward_dropout, training) + attended
-        hidden = layer_norm(hidden, self._feedforward_layer_norm, dtype)
-        return tf.reshape(hidden, shape)
+        return layer_norm(hidden, self._feedforward_layer_norm, dtype)
 
     def _xla_call(self, x, padding_mask, training):
         """The same block with the elementwise work between the matmuls in XLA clusters
