@@ -334,7 +334,9 @@ def test_a_failing_write_leaves_no_temporaries(tmp_path, vocab_file, mixed_jsonl
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(shuffle.BucketWriter, "_flush", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    # One line naming the directory and the cause (issue 13), and nothing left behind.
+    with pytest.raises(BuildError, match=r"cannot write the shuffle's temporary files in .*"
+                                         r"\(No space left on device\)"):
         build(tmp_path, vocab_file, mixed_jsonl_corpus, input_format="jsonl")
     assert not (tmp_path / "out").exists()
 
