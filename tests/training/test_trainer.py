@@ -243,7 +243,10 @@ def _read_scalars(directory):
     acc.Reload()
     scalars = {}
     for tag in acc.Tags()["tensors"]:
-        scalars[tag] = {e.step: float(tf.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)}
+        values = {e.step: tf.make_ndarray(e.tensor_proto) for e in acc.Tensors(tag)}
+        # Scalars only: the same logdir holds the config as text and the hparams.
+        if all(v.ndim == 0 and v.dtype.kind == "f" for v in values.values()):
+            scalars[tag] = {step: float(v) for step, v in values.items()}
     for tag in acc.Tags()["scalars"]:
         scalars[tag] = {e.step: e.value for e in acc.Scalars(tag)}
     return scalars
