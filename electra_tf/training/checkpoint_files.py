@@ -306,8 +306,8 @@ _SAVE_LEFTOVER = re.compile(rf"^({CHECKPOINT_PREFIX}-\d+_temp|{CHECKPOINT_STATE_
 def remove_leftovers(directory: str, export_dir: Optional[str] = None) -> List[str]:
     """Deletes what interrupted saves and exports left behind (a SIGKILL, SIGTERM or power loss
     mid-write): `ckpt-N_temp/` and `checkpoint.tmp*` in `directory`, the temporaries of
-    interrupted atomic writes (`.config.json.tmp-*`, ...) there and in `export_dir` (an export's
-    staging directory `.discriminator.tmp-*`). Logs one warning listing them.
+    interrupted atomic writes (`.config.json.tmp-*`, ...) there, in `export_dir` and in its
+    network folders (an export's staging directory `export/discriminator/.<step>.tmp-*`). Logs one warning listing them.
 
     Only safe while holding the directory's lock: a live writer's files look the same.
 
@@ -328,6 +328,11 @@ def remove_leftovers(directory: str, export_dir: Optional[str] = None) -> List[s
     removed += atomic.remove_temporaries(directory)
     if export_dir:
         removed += atomic.remove_temporaries(export_dir)
+        # Versioned exports (export/<network>/<step>/) stage beside their version folder.
+        for name in sorted(os.listdir(export_dir)) if os.path.isdir(export_dir) else []:
+            network_dir = os.path.join(export_dir, name)
+            if not atomic.is_temporary(name) and os.path.isdir(network_dir):
+                removed += atomic.remove_temporaries(network_dir)
     if removed:
         logger.warning("removed %d leftover(s) of interrupted saves or exports: %s", len(removed),
                        ", ".join(shown_path(p) for p in removed))

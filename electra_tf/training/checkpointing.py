@@ -59,7 +59,11 @@ class RunCheckpoint:
 
     def _model_items(self) -> dict:
         return {"model": self.model, "optimizer": self.optimizer,
-                "rng_state": list(self.model.non_trainable_variables)}
+                # The seed generators' integer states only: a frozen network's weights (the
+                # two-stage generator) also become non-trainable, and whether they were frozen
+                # yet must not change this list between a save and its restore.
+                "rng_state": [v for v in self.model.non_trainable_variables
+                              if "float" not in str(v.dtype)]}
 
     def track_data(self, iterator, key: Optional[str]) -> None:
         """Saves `iterator`'s position (and `key`, its pipeline) from now on (None: no data)."""

@@ -51,13 +51,16 @@ def test_disk_full_during_export_is_one_line_and_leaves_no_staging(data_dir, dis
     line = faults.one_error_line(*_main(capsys, *argv))
     assert "cannot write the export" in line and "No space left on device" in line, line
     export_dir = os.path.join(model_dir, "export")
-    assert not os.path.exists(export_dir) or not os.listdir(export_dir)  # no staging left
+    # No staging left: at most the empty export/<network>/ folders of the version layout.
+    left = [os.path.join(d, n) for d, dirs, files in os.walk(export_dir) for n in dirs + files]
+    assert all(os.path.isdir(p) and not os.listdir(p) for p in left), left
     assert sorted(n for n in os.listdir(model_dir) if n.startswith("ckpt-2")) == [
         "ckpt-2.data-00000-of-00001", "ckpt-2.index"]
     os.remove(os.path.join(disk, "filler"))
     code, err = _main(capsys, *argv)  # with space again, the same command exports
     assert code == 0, err[-3000:]
-    assert os.path.isfile(os.path.join(export_dir, "discriminator", "saved_model.pb"))
+    # TF Serving's layout (issue 18): export/<network>/<step>/.
+    assert os.path.isfile(os.path.join(export_dir, "discriminator", "2", "saved_model.pb"))
 
 
 @pytest.mark.slow  # trains, evaluates: ~40 s on 2 shared cores

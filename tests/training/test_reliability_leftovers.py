@@ -3,7 +3,7 @@ counting what is on disk.
 
 Real interruptions: a `run_pretraining.py` process SIGKILLed while TensorFlow writes a
 checkpoint (its `ckpt-N_temp/` staging directory exists) and while it writes an export (its
-`.discriminator.tmp-*` staging directory exists). The retention test starts from the files a
+`export/discriminator/.<step>.tmp-*` staging directory exists). The retention test starts from the files a
 save interrupted between writing the checkpoint and updating the `checkpoint` state file leaves
 (the checkpoints are on disk, the state file does not list them).
 """
@@ -84,10 +84,14 @@ def _later_save_temps(model_dir):
 
 
 def _export_staging(model_dir):
-    try:
-        return [n for n in os.listdir(os.path.join(model_dir, "export")) if ".tmp-" in n]
-    except FileNotFoundError:
-        return []
+    """Staging directories under export/ and its network folders (export/<network>/<step>/),
+    relative to export/."""
+    export = os.path.join(model_dir, "export")
+    found = []
+    for directory, dirs, _ in os.walk(export):
+        found += [os.path.relpath(os.path.join(directory, n), export) for n in dirs if ".tmp-" in n]
+        dirs[:] = [n for n in dirs if ".tmp-" not in n]
+    return sorted(found)
 
 
 @pytest.mark.slow  # several real runs killed mid-save and mid-export: ~60-120 s on 2 cores
