@@ -26,6 +26,10 @@ QUIET_TF_CPP_LOG_LEVEL = "3"  # C++ FATAL only; errors reach the user as Python 
 LOG_FORMAT = "%(asctime)s %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 
+# Set by `setup` for the tool's child processes (the dataset builder's workers), which do not
+# parse flags: "0" quiet, "1" verbose.
+VERBOSE_ENV = "ELECTRA_TF_VERBOSE"
+
 _verbose = False
 
 
@@ -48,6 +52,7 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
     """
     global _verbose
     _verbose = verbose
+    os.environ[VERBOSE_ENV] = "1" if verbose else "0"
     if not verbose:
         os.environ.setdefault(TF_CPP_LOG_LEVEL_ENV, QUIET_TF_CPP_LOG_LEVEL)
     level = logging.WARNING if quiet else logging.INFO
@@ -73,6 +78,13 @@ def import_tensorflow():
         import tensorflow as tf
     _quiet_tensorflow_loggers()
     return tf
+
+
+def import_tensorflow_in_child() -> None:
+    """In a child process of a tool: imports TensorFlow as the tool would (its C++ start-up
+    lines hidden unless the tool runs with --verbose; nothing hidden outside a tool)."""
+    if os.environ.get(VERBOSE_ENV) == "0":
+        import_tensorflow()
 
 
 def _quiet_tensorflow_loggers() -> None:

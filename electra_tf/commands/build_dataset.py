@@ -126,6 +126,7 @@ def main(argv=None, prog: str = PROG):
     quiet, verbose = args.quiet, args.verbose
     del args.quiet, args.verbose  # not build settings
     console.setup(quiet, verbose)  # `HH:MM:SS message` lines, as every tool
+    console.import_tensorflow()  # its C++ start-up lines hidden (unless --verbose)
     settings = vars(args)
     runner = settings.pop("runner")
     config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)

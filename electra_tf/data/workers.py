@@ -54,6 +54,9 @@ class Reporter:
 
 def _process_main(make_worker: Callable[[int], Any], worker_id: int, tasks, messages) -> None:
     """Entry point of a worker process: builds the worker, then runs tasks until None."""
+    from electra_tf import console
+
+    console.import_tensorflow_in_child()  # a quiet tool's workers are quiet too
     try:
         worker = make_worker(worker_id)
     except (ElectraError, OSError) as e:

@@ -250,3 +250,12 @@ def test_beam_runner_passes_its_options_through_and_rejects_unknown_ones(inputs,
     assert manifest["runner"]["pipeline_args"] == ["--direct_num_workers", "1"]
     assert "--runner DirectRunner" in manifest["command"]
     assert manifest["splits"]["train"]["examples"] > 0
+
+
+def test_quiet_by_default_in_worker_processes_too(inputs):
+    # Each spawned worker loads TensorFlow again: its C++ start-up lines must stay hidden there.
+    result = run_cli(*base_args(inputs, **{"--max-seq-length": "16"}), "--num-processes", "2")
+    assert result.returncode == 0, result.stderr
+    noise = [line for line in result.stderr.splitlines()
+             if "absl::InitializeLog" in line or "oneDNN" in line or "cudart" in line]
+    assert noise == [], result.stderr
