@@ -430,6 +430,8 @@ def main():
         with open(args.output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
 
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)  # a scratch dir named on the command line may not exist yet
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
         base = os.path.abspath(args.corpus_dir)
         largest = max(args.scales)
