@@ -167,6 +167,28 @@ def shard_digest(output_dir, manifest):
     return digest.hexdigest()
 
 
+def build_row(result, startup_seconds, children_key):
+    """One result row of a timed build (shared with build_dataset_beam.py).
+
+    Args:
+        result: `run_build`'s result (its manifest, wall seconds, RSS and load figures).
+        startup_seconds: the same engine's start-up, subtracted for the amortised rate.
+        children_key: the row's name for the largest child process's peak RSS.
+    """
+    m = result["manifest"]
+    tokens = m["counts"]["tokenized_tokens"]
+    return {"corpus_bytes": m["counts"]["corpus_bytes"], "tokens": tokens,
+            "examples": m["counts"]["examples"],
+            "train_shards": len(m["splits"]["train"]["shards"]),
+            "seconds": result["seconds"], "startup_seconds": startup_seconds,
+            "tokens_per_second": tokens / result["seconds"],
+            "amortised_tokens_per_second": tokens / max(result["seconds"] - startup_seconds, 1e-9),
+            "main_maxrss_mb": result["main_maxrss_mb"],
+            children_key: result["children_maxrss_mb"],
+            "tree_peak_rss_mb": result["tree_peak_rss_mb"],
+            "load": [result["load_before"], result["load_after"]]}
+
+
 def bench_scaling(args, workdir, base_dir):
     rows = []
     tiny = make_tiny_corpus(base_dir, os.path.join(workdir, "tiny"))
@@ -187,19 +209,9 @@ def bench_scaling(args, workdir, base_dir):
                                 "output_dir": out, "num_processes": n, "progress_interval": 1e9})
             m = result["manifest"]
             digests[n] = shard_digest(out, m)
-            tokens = m["counts"]["tokenized_tokens"]
-            row = {"scale": scale, "processes": n, "corpus_bytes": m["counts"]["corpus_bytes"],
-                   "tokens": tokens, "examples": m["counts"]["examples"],
-                   "train_shards": len(m["splits"]["train"]["shards"]),
-                   "shuffle_buckets": m["shuffle"]["buckets"], "seconds": result["seconds"],
-                   "startup_seconds": startup[n], "phase_seconds": m["phase_seconds"],
-                   "tokens_per_second": tokens / result["seconds"],
-                   "amortised_tokens_per_second": tokens / max(result["seconds"] - startup[n],
-                                                               1e-9),
-                   "main_maxrss_mb": result["main_maxrss_mb"],
-                   "worker_maxrss_mb": result["children_maxrss_mb"],
-                   "tree_peak_rss_mb": result["tree_peak_rss_mb"],
-                   "load": [result["load_before"], result["load_after"]]}
+            row = dict({"scale": scale, "processes": n},
+                       **build_row(result, startup[n], children_key="worker_maxrss_mb"),
+                       shuffle_buckets=m["shuffle"]["buckets"], phase_seconds=m["phase_seconds"])
             rows.append(row)
             print(json.dumps(row), flush=True)
             if scale != max(args.scales):

@@ -82,19 +82,9 @@ def bench(args, workdir):
             result = build(engine, corpus, args.vocab_file, out)
             m = result["manifest"]
             digests.add(local_bench.shard_digest(out, m))
-            tokens = m["counts"]["tokenized_tokens"]
-            row = {"scale": scale, "engine": f"{engine[0]}:{engine[1]}",
-                   "corpus_bytes": m["counts"]["corpus_bytes"], "tokens": tokens,
-                   "examples": m["counts"]["examples"],
-                   "train_shards": len(m["splits"]["train"]["shards"]),
-                   "seconds": result["seconds"], "startup_seconds": startup[engine],
-                   "tokens_per_second": tokens / result["seconds"],
-                   "amortised_tokens_per_second": tokens / max(
-                       result["seconds"] - startup[engine], 1e-9),
-                   "main_maxrss_mb": result["main_maxrss_mb"],
-                   "children_maxrss_mb": result["children_maxrss_mb"],
-                   "tree_peak_rss_mb": result["tree_peak_rss_mb"],
-                   "load": [result["load_before"], result["load_after"]]}
+            row = dict({"scale": scale, "engine": f"{engine[0]}:{engine[1]}"},
+                       **local_bench.build_row(result, startup[engine],
+                                               children_key="children_maxrss_mb"))
             rows.append(row)
             print(json.dumps(row), flush=True)
             shutil.rmtree(out)
