@@ -16,7 +16,6 @@ import logging
 import sys
 from typing import Callable, Optional
 
-from electra_tf import console
 from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
 from electra_tf.errors import ElectraError, Preempted, error_line
 
@@ -29,12 +28,6 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
 # distinct from a crash (1), bad input (2), Ctrl-C (130) and a SIGTERM that killed a process
 # before it could save (143 in a shell).
 EXIT_PREEMPTED = 42
-
-
-def setup_logging(quiet: bool = False, verbose: bool = False) -> None:
-    """INFO (or, `quiet`, WARNING) lines `HH:MM:SS message` on stderr for electra_tf's loggers;
-    third-party lines only with `verbose` (see `electra_tf.console.setup`)."""
-    console.setup(quiet, verbose)
 
 
 def run_cli(prog: str, work: Callable[[], Optional[int]],

@@ -123,7 +123,7 @@ def test_build_then_refuse_then_overwrite(inputs):
     result = run_cli(*args, "--no-blanks-separate-docs", "--num-out-files", "3")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    # Log lines are `HH:MM:SS message` (cli.setup_logging).
+    # Log lines are `HH:MM:SS message` (console.setup).
     summary = [line for line in result.stderr.splitlines() if line[9:].startswith("done: ")]
     assert len(summary) == 1 and "train examples" in summary[0]
     manifest = json.load(open(os.path.join(inputs["out"], "manifest.json")))
