@@ -24,9 +24,10 @@ int((0.15 + 0.005) * 128)), at each batch size and precision:
                keras AdamW: what a Keras user would write first.
 
 electra-tf's kernels (electra_tf.modeling.fused: op-by-op TensorFlow kernels or XLA-compiled
-elementwise clusters; keras' Philox dropout draws or counter-based hash bits) can be compared A/B
-in one process with --electra-tf-kernels tf/philox,xla/hash: one traced training loop per
-variant over the same model and input, windows alternating.
+elementwise clusters; keras' Philox dropout draws or counter-based hash bits; per-example Philox
+Gumbel noise or the hash fused with the sampling scores) can be compared A/B in one process with
+e.g. --electra-tf-kernels tf/philox/philox,xla/hash/philox,xla/hash/hash: one traced training
+loop per variant over the same model and input, windows alternating.
 
 Each implementation x batch x dtype runs in its own subprocess (so peak RSS does not mix):
 the first call (trace / graph build + 1 step) is timed separately, then `--warmup` windows, then
@@ -224,17 +225,19 @@ def _interleaved_windows(run_windows, steps, warmup, windows):
 
 
 def parse_kernel_variant(spec):
-    """"xla/hash" -> {"kernels": "xla", "dropout_rng": "hash"} (electra_tf.modeling.fused)."""
+    """"xla/hash/hash" -> {"kernels": "xla", "dropout_rng": "hash", "sampling_rng": "hash"}
+    (electra_tf.modeling.fused); the third part may be left out (the library default)."""
     from electra_tf.modeling import fused
 
     parts = spec.split("/")
-    if len(parts) != 2 or parts[0] not in fused.KERNEL_CHOICES \
-            or parts[1] not in fused.DROPOUT_RNG_CHOICES:
+    choices = (fused.KERNEL_CHOICES, fused.DROPOUT_RNG_CHOICES, fused.SAMPLING_RNG_CHOICES)
+    if len(parts) not in (2, 3) or any(p not in c for p, c in zip(parts, choices)):
         raise argparse.ArgumentTypeError(
-            f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG with KERNELS in "
-            f"{'|'.join(fused.KERNEL_CHOICES)} and DROPOUT_RNG in "
-            f"{'|'.join(fused.DROPOUT_RNG_CHOICES)}, e.g. xla/hash")
-    return {"kernels": parts[0], "dropout_rng": parts[1]}
+            f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG[/SAMPLING_RNG] with KERNELS "
+            f"in {'|'.join(fused.KERNEL_CHOICES)}, DROPOUT_RNG in "
+            f"{'|'.join(fused.DROPOUT_RNG_CHOICES)} and SAMPLING_RNG in "
+            f"{'|'.join(fused.SAMPLING_RNG_CHOICES)}, e.g. xla/hash/hash")
+    return dict(zip(("kernels", "dropout_rng", "sampling_rng"), parts))
 
 
 def worker_electra_tf(args):
@@ -277,7 +280,7 @@ def worker_electra_tf(args):
             return run_window
 
         for variant in variants:
-            name = variant or f"{fused.KERNELS}/{fused.DROPOUT_RNG}"
+            name = variant or f"{fused.KERNELS}/{fused.DROPOUT_RNG}/{fused.SAMPLING_RNG}"
             options = parse_kernel_variant(variant) if variant else {}
             losses[name] = []
             with fused.kernel_options(**options):
@@ -809,9 +812,10 @@ def build_parser():
                              "per kernel variant with the TensorFlow profiler into this "
                              "directory, and print where the op time goes (grouped)")
     parser.add_argument("--electra-tf-kernels", default=None,
-                        help="comma-separated kernel variants KERNELS/DROPOUT_RNG of the electra_tf "
-                             "block (electra_tf.modeling.fused: KERNELS tf|xla, DROPOUT_RNG "
-                             "philox|hash), e.g. 'tf/philox,xla/hash': each is traced as its own "
+                        help="comma-separated kernel variants KERNELS/DROPOUT_RNG[/SAMPLING_RNG] "
+                             "of the electra_tf step (electra_tf.modeling.fused: KERNELS tf|xla, "
+                             "DROPOUT_RNG philox|hash, SAMPLING_RNG philox|hash, default: the "
+                             "library's), e.g. 'tf/philox/philox,xla/hash/hash': each is traced as its own "
                              "training loop in the one electra_tf process and their windows "
                              "alternate (an A/B in one process). Default: the library defaults")
     parser.add_argument("--rounds", type=int, default=1,

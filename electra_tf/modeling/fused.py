@@ -33,9 +33,15 @@ Dropout randomness, chosen by `DROPOUT_RNG`:
   "hash" sees other masks than with "philox". The keep probability is 1 - round(rate * 2^32) /
   2^32 (keras' bfloat16 draw resolves the rate to 1/128 only: 0.1 becomes 13/128).
 
-Both switches are read when a model is traced (`tf.function` / Keras call), so set them before
-building the training step (`configure`, the `kernel_options` context manager, or the
-ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG environment variables for a whole process). The
+The generator's Gumbel-max sampling noise has the same two streams, chosen by `SAMPLING_RNG` and
+implemented in `electra_tf.pretraining.sampling`: "philox" (per-example stateless Philox draws,
+TensorFlow kernels) or "hash" (the same keyed hash per (example, slot, vocab id), computed inside
+one XLA-compiled loop with the Gumbel transform and the scores, never stored).
+
+All three switches are read when a model is traced (`tf.function` / Keras call), so set them
+before building the training step (`configure`, the `kernel_options` context manager, or the
+ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / ELECTRA_TF_SAMPLING_RNG environment variables for a
+whole process). The
 clusters run in training calls only (`use_xla`): evaluation and exported models use the op-by-op
 kernels, so serving a SavedModel never needs the XLA JIT.
 
@@ -57,51 +63,62 @@ import tensorflow as tf
 
 KERNEL_CHOICES = ("tf", "xla")
 DROPOUT_RNG_CHOICES = ("philox", "hash")
+SAMPLING_RNG_CHOICES = ("philox", "hash")
 
-# Read at trace time by the encoder, embeddings and heads (see the module docstring). The
-# environment variables ELECTRA_TF_KERNELS and ELECTRA_TF_DROPOUT_RNG override the defaults for
-# a whole process (e.g. a run_pretraining.py job); `configure` changes them in code.
+# Read at trace time by the encoder, embeddings, heads and the generator's sampler (see the
+# module docstring). The environment variables ELECTRA_TF_KERNELS, ELECTRA_TF_DROPOUT_RNG and
+# ELECTRA_TF_SAMPLING_RNG override the defaults for a whole process (e.g. a run_pretraining.py
+# job); `configure` changes them in code.
 DEFAULT_KERNELS = "xla"
 DEFAULT_DROPOUT_RNG = "hash"
+DEFAULT_SAMPLING_RNG = "hash"
 KERNELS = DEFAULT_KERNELS
 DROPOUT_RNG = DEFAULT_DROPOUT_RNG
+SAMPLING_RNG = DEFAULT_SAMPLING_RNG
 
 
-def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None) -> None:
-    """Sets the kernel implementation and the dropout stream for models traced from now on.
+def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
+              sampling_rng: Optional[str] = None) -> None:
+    """Sets the kernel implementation and the random streams for models traced from now on.
 
     Args:
         kernels: "tf" (op by op) or "xla" (compiled elementwise clusters); None keeps the current.
         dropout_rng: "philox" (keras' stream) or "hash" (counter-based); None keeps the current.
+        sampling_rng: the generator's Gumbel noise, "philox" (per-example Philox draws) or "hash"
+            (counter-based, fused with the sampling scores in XLA); None keeps the current.
 
     Raises:
         ValueError: an unknown choice.
     """
-    global KERNELS, DROPOUT_RNG
+    global KERNELS, DROPOUT_RNG, SAMPLING_RNG
+    for name, value, choices in (("kernels", kernels, KERNEL_CHOICES),
+                                 ("dropout_rng", dropout_rng, DROPOUT_RNG_CHOICES),
+                                 ("sampling_rng", sampling_rng, SAMPLING_RNG_CHOICES)):
+        if value is not None and value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     if kernels is not None:
-        if kernels not in KERNEL_CHOICES:
-            raise ValueError(f"kernels must be one of {', '.join(KERNEL_CHOICES)}, got {kernels!r}")
         KERNELS = kernels
     if dropout_rng is not None:
-        if dropout_rng not in DROPOUT_RNG_CHOICES:
-            raise ValueError(f"dropout_rng must be one of {', '.join(DROPOUT_RNG_CHOICES)}, "
-                             f"got {dropout_rng!r}")
         DROPOUT_RNG = dropout_rng
+    if sampling_rng is not None:
+        SAMPLING_RNG = sampling_rng
 
 
 try:
     configure(os.environ.get("ELECTRA_TF_KERNELS") or None,
-              os.environ.get("ELECTRA_TF_DROPOUT_RNG") or None)
+              os.environ.get("ELECTRA_TF_DROPOUT_RNG") or None,
+              os.environ.get("ELECTRA_TF_SAMPLING_RNG") or None)
 except ValueError as error:
-    raise ValueError(f"environment variable ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG: "
-                     f"{error}") from None
+    raise ValueError(f"environment variable ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / "
+                     f"ELECTRA_TF_SAMPLING_RNG: {error}") from None
 
 
 @contextlib.contextmanager
-def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = None):
+def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
+                   sampling_rng: Optional[str] = None):
     """`configure` for the duration of a `with` block (restores the previous choices)."""
-    previous = (KERNELS, DROPOUT_RNG)
-    configure(kernels, dropout_rng)
+    previous = (KERNELS, DROPOUT_RNG, SAMPLING_RNG)
+    configure(kernels, dropout_rng, sampling_rng)
     try:
         yield
     finally:
@@ -160,7 +177,7 @@ def _u32(value: int) -> tf.Tensor:
     return tf.constant(value, tf.uint32)
 
 
-def _fmix32(x: tf.Tensor) -> tf.Tensor:
+def fmix32(x: tf.Tensor) -> tf.Tensor:
     """murmur3's 32-bit finaliser: a bijection of uint32 whose every input bit flips about half
     of the output bits."""
     x = tf.bitwise.bitwise_xor(x, tf.bitwise.right_shift(x, _u32(16)))
@@ -184,11 +201,11 @@ def hash_bits(seed: tf.Tensor, shape) -> tf.Tensor:
     """
     shape = tf.convert_to_tensor(shape, tf.int32)
     seed = tf.bitcast(tf.cast(seed, tf.int32), tf.uint32)
-    key = _fmix32(_fmix32(seed[0] + _u32(_C_SEED)) + seed[1] * _u32(_C_ROW))
+    key = fmix32(fmix32(seed[0] + _u32(_C_SEED)) + seed[1] * _u32(_C_ROW))
     rows = tf.bitcast(tf.range(tf.reduce_prod(shape[:-1]), dtype=tf.int32), tf.uint32)
     cols = tf.bitcast(tf.range(shape[-1], dtype=tf.int32), tf.uint32)
-    row_keys = _fmix32(rows * _u32(_C_ROW) + key)[:, tf.newaxis]
-    bits = _fmix32(row_keys + cols[tf.newaxis, :] * _u32(_C_COL))
+    row_keys = fmix32(rows * _u32(_C_ROW) + key)[:, tf.newaxis]
+    bits = fmix32(row_keys + cols[tf.newaxis, :] * _u32(_C_COL))
     return tf.reshape(bits, shape)
 
 

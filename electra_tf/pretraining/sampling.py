@@ -2,19 +2,31 @@
 
 `sample_ids` is the official `sample_from_softmax` (Gumbel-max, with the caller's temperature and
 `disallow` folded in) but works BY INDEX: it returns ids instead of a [batch, N, vocab] one-hot and
-never builds a one-hot for `disallow` either. It processes one example at a time, so the only
-[N, vocab]-sized temporaries are one example's noise and scores; the full [batch, N, vocab]
-Gumbel noise tensor is never materialised. `make_fake_inputs` is the official `_get_fake_data`.
+never builds a one-hot for `disallow` either. `make_fake_inputs` is the official `_get_fake_data`.
 
-Cost (measured on the 2-core CPU, batch 32, N = 19, vocab 30522, graph mode):
-- wall time on an idle machine, 2 threads: ~62-70 ms per call (Philox uniforms ~31 ms, the two logs
-  ~20 ms, add + argmax ~18 ms; an argmax over the logits alone takes ~18 ms). For comparison, one
-  stateless call over the whole [B, N, V] batch (NOT per-example) took ~160 ms, and per-example noise
-  stacked into one [B, N, V] tensor ~215 ms;
-- CPU time with 1 thread: 116 ms (127 ms with disallow_ids) vs 135 ms for the materialised
-  per-example noise, 174 ms for one whole-batch call and 197 ms for the official one-hot disallow.
-Fusing per example is thus the cheapest option tried, and it keeps each example's draws
-independent of its batch.
+The Gumbel noise comes from one of two streams, chosen by `fused.SAMPLING_RNG` when the step is
+traced (`electra_tf.modeling.fused.configure` / `kernel_options`, or ELECTRA_TF_SAMPLING_RNG):
+
+- "hash" (default): u = a keyed 32-bit hash of (example seed, slot, vocab id) (murmur3's
+  finaliser, `fused.fmix32`), its top 24 bits as (k + 0.5) / 2^24, and the official transform
+  g = -log(-log(u + 1e-9) + 1e-9). Hash, transform, temperature, disallow penalty and the add
+  to the logits are ONE XLA-compiled loop that writes the [batch, N, vocab] scores once; a
+  TensorFlow ArgMax reads them. No noise tensor exists, and no per-example loop runs.
+- "philox": per-example `tf.random.stateless_uniform` draws (Philox), one example at a time
+  (`seeds.map_examples`), so that the only [N, vocab] temporaries are one example's noise and
+  scores. The stream of releases before the "hash" default.
+
+Both are a pure function of the per-example seeds: an example's samples do not depend on the
+batch it sits in or on how the batch is split across replicas. They are different streams (a run
+with "hash" sees other samples than one with "philox"), with the same distribution: u is uniform
+on 2^24 evenly spaced points of (0, 1) ("philox": 2^23 points of [0, 1)). The official code draws
+from stateful `tf.random.uniform`, which is not reproducible at all.
+
+Cost, batch 32, N = 19, vocab 30522, float32, graph mode, 2-core AMD EPYC (measured in one
+process, alternating; docs/benchmarks.md has the step-level A/B): the "philox" path takes 2.9x
+the time of the "hash" path (130 vs 45 ms median with the machine under other load; ~70 ms for
+"philox" idle). XLA's own ArgMax (a variadic reduction) was 5x slower than TensorFlow's on this
+CPU, so the argmax stays a TensorFlow kernel.
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import NamedTuple, Optional, Sequence, Union
 
 import tensorflow as tf
 
+from electra_tf.modeling import fused
 from electra_tf.pretraining import seeds as seeds_lib
 from electra_tf.pretraining.masking import MaskedInputs, unmask
 from electra_tf.pretraining.tensor_ops import scatter_update
@@ -32,6 +45,70 @@ GUMBEL_EPS = 1e-9
 # Official pretrain_helpers.sample_from_softmax: `logits -= 1000.0 * disallow`.
 DISALLOW_PENALTY = 1000.0
 
+# Odd constants keying the hash stream (distinct from the dropout hash's key constants).
+_HASH_KEY = (0x7FEB352D, 0x846CA68B, 0x68E31DA4, 0xB5297A4D)
+_HASH_SLOT = 0x9E3779B1
+_HASH_VOCAB = 0x85EBCA77
+
+
+def _uint32_words(x: tf.Tensor):
+    """Low and high 32-bit words of int64 `x`, as uint32."""
+    mask = tf.constant(0xFFFFFFFF, tf.int64)
+    low = tf.cast(tf.bitwise.bitwise_and(x, mask), tf.uint32)
+    high = tf.cast(tf.bitwise.bitwise_and(tf.bitwise.right_shift(x, tf.constant(32, tf.int64)), mask),
+                   tf.uint32)
+    return low, high
+
+
+def _hash_uniform(seeds: tf.Tensor, shape) -> tf.Tensor:
+    """u in (0, 1): float32 `shape` [B, N, V], a keyed hash of (seeds[b], n, v).
+
+    Each example's key mixes all 128 bits of its seed; each slot's key is fmix32(key XOR n * C)
+    ([B, N], cheap); each element is fmix32(slot key XOR v * C'). XOR rather than add keeps two
+    slots whose keys happen to differ by a multiple of C' from getting shifted copies of the same
+    noise. The top 24 bits give u = (k + 0.5) / 2^24, exact in float32.
+    """
+    seeds = tf.cast(seeds, tf.int64)
+    key_low, key_high = _uint32_words(seeds[:, 0])
+    index_low, index_high = _uint32_words(seeds[:, 1])
+    words = (key_low, key_high, index_low, index_high)
+    key = tf.zeros_like(key_low)
+    for word, constant in zip(words, _HASH_KEY):
+        key = fused.fmix32(tf.bitwise.bitwise_xor(key + word, tf.constant(constant, tf.uint32)))
+    slots = tf.bitcast(tf.range(shape[1], dtype=tf.int32), tf.uint32)
+    slot_keys = fused.fmix32(tf.bitwise.bitwise_xor(
+        key[:, tf.newaxis], slots[tf.newaxis, :] * tf.constant(_HASH_SLOT, tf.uint32)))
+    vocab = tf.bitcast(tf.range(shape[2], dtype=tf.int32), tf.uint32)
+    bits = fused.fmix32(tf.bitwise.bitwise_xor(
+        slot_keys[:, :, tf.newaxis], (vocab * tf.constant(_HASH_VOCAB, tf.uint32))[tf.newaxis, tf.newaxis, :]))
+    top = tf.cast(tf.bitwise.right_shift(bits, tf.constant(8, tf.uint32)), tf.float32)
+    return (top + 0.5) * (2.0 ** -24)
+
+
+def _gumbel(u: tf.Tensor) -> tf.Tensor:
+    """The official transform of uniforms into standard Gumbel noise."""
+    return -tf.math.log(-tf.math.log(u + GUMBEL_EPS) + GUMBEL_EPS)
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _hash_gumbel_noise(seeds, shape):
+    return _gumbel(_hash_uniform(seeds, shape))
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _hash_scores(logits, seeds, temperature, disallow_ids):
+    """float32 [B, N, V]: logits / temperature - 1000 * one_hot(disallow_ids) + g, one XLA loop.
+
+    disallow_ids: int32 [B, N]; -1 disallows nothing.
+    """
+    shape = tf.shape(logits)
+    scaled = logits / temperature
+    vocab = tf.range(shape[2], dtype=tf.int32)
+    disallowed = tf.equal(vocab[tf.newaxis, tf.newaxis, :], disallow_ids[:, :, tf.newaxis])
+    # official order: (logits / temperature - 1000 * disallow) + noise
+    scaled = tf.where(disallowed, scaled - DISALLOW_PENALTY, scaled)
+    return scaled + _gumbel(_hash_uniform(seeds, shape))
+
 
 def _example_noise(shape, seed: tf.Tensor) -> tf.Tensor:
     """Gumbel noise of one example: float32 of `shape`, from its stateless seed."""
@@ -40,19 +117,22 @@ def _example_noise(shape, seed: tf.Tensor) -> tf.Tensor:
 
 
 def gumbel_noise(shape: Union[Sequence[int], tf.Tensor], seeds: tf.Tensor) -> tf.Tensor:
-    """Standard Gumbel noise with one independent stream per example.
+    """Standard Gumbel noise with one independent stream per example (`fused.SAMPLING_RNG`'s).
 
     Example b's noise depends only on `seeds[b]` and `shape[1:]`; it is exactly the noise that
-    `sample_ids` adds for that example.
+    `sample_ids` adds for that example under the same `fused.SAMPLING_RNG`.
 
     Args:
-        shape: [batch_size, ...] full output shape; shape[0] must equal seeds' batch size.
+        shape: [batch_size, ...] full output shape; shape[0] must equal seeds' batch size
+            (rank 3, [batch_size, N, vocab_size], for the "hash" stream).
         seeds: int [batch_size, 2].
 
     Returns:
-        float32 tensor of `shape`: g = -log(-log(u + 1e-9) + 1e-9), u ~ U[0, 1).
+        float32 tensor of `shape`: g = -log(-log(u + 1e-9) + 1e-9), u ~ U(0, 1).
     """
     shape = tf.convert_to_tensor(shape, tf.int32)
+    if fused.SAMPLING_RNG == "hash":
+        return _hash_gumbel_noise(tf.convert_to_tensor(seeds), shape)
     example_shape = shape[1:]
     return seeds_lib.map_examples(
         lambda b, seed: _example_noise(example_shape, seed), seeds,
@@ -102,13 +182,20 @@ def sample_ids(
         disallow_ids: optional int [batch_size, N]. An id per slot that must not be sampled
             (official `disallow_correct` passes masked_lm_ids).
         noise: optional float32 [batch_size, N, vocab_size] Gumbel noise to use instead of drawing
-            it (tests; `gumbel_noise(tf.shape(logits), seeds)` reproduces the drawn noise).
+            it (tests; `gumbel_noise(tf.shape(logits), seeds)` reproduces the drawn noise of the
+            current `fused.SAMPLING_RNG`).
 
     Returns:
         int32 [batch_size, N], wrapped in stop_gradient: the generator gets no gradient through
         its samples.
     """
     logits = tf.cast(logits, tf.float32)
+    if noise is None and seeds is not None and fused.SAMPLING_RNG == "hash":
+        disallow = (tf.fill(tf.shape(logits)[:2], -1) if disallow_ids is None
+                    else tf.cast(disallow_ids, tf.int32))
+        scores = _hash_scores(logits, tf.convert_to_tensor(seeds),
+                              tf.cast(temperature, tf.float32), disallow)
+        return tf.stop_gradient(tf.argmax(scores, axis=-1, output_type=tf.int32))
 
     def one(b, seed):
         example_logits = logits[b]

@@ -1,15 +1,26 @@
-"""Gumbel-max sampling by index and the discriminator input (checklist items 21, 22)."""
+"""Gumbel-max sampling by index and the discriminator input (checklist items 21, 22).
+
+Every test runs with both Gumbel noise streams (`fused.SAMPLING_RNG` "philox" and "hash"), except
+the two that pin one stream's exact formula.
+"""
 
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.modeling import fused
 from electra_tf.pretraining import masking, sampling, seeds as seeds_lib
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
 SEED = tf.constant([99, 1], tf.int64)
+
+
+@pytest.fixture(autouse=True, params=fused.SAMPLING_RNG_CHOICES)
+def sampling_rng(request):
+    with fused.kernel_options(sampling_rng=request.param):
+        yield request.param
 
 
 def _seeds(batch_size, first=0):
@@ -25,7 +36,9 @@ def _official_reference(logits, noise, temperature, disallow_ids=None):
     return np.argmax(scores + noise, axis=-1)
 
 
-def test_gumbel_noise_formula_and_per_example_streams():
+def test_gumbel_noise_formula_and_per_example_streams(sampling_rng):
+    if sampling_rng != "philox":
+        pytest.skip("the Philox stream's formula")
     seeds = _seeds(3)
     noise = sampling.gumbel_noise([3, 4, 5], seeds).numpy()
     assert noise.shape == (3, 4, 5) and noise.dtype == np.float32
@@ -34,6 +47,63 @@ def test_gumbel_noise_formula_and_per_example_streams():
         expected = -np.log(-np.log(u + np.float32(1e-9)) + np.float32(1e-9))
         np.testing.assert_allclose(noise[b], expected, rtol=1e-6)
     assert not np.allclose(noise[0], noise[1])
+
+
+def _fmix32(x):
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x85EBCA6B)
+    x = x ^ (x >> np.uint32(13))
+    x = x * np.uint32(0xC2B2AE35)
+    return x ^ (x >> np.uint32(16))
+
+
+def _hash_uniform_reference(seeds, n, v):
+    """The documented "hash" stream, in numpy: u[b, i, j] from the 4 words of seeds[b]."""
+    seeds = np.asarray(seeds, np.int64).view(np.uint64)
+    words = [seeds[:, 0] & 0xFFFFFFFF, seeds[:, 0] >> 32, seeds[:, 1] & 0xFFFFFFFF, seeds[:, 1] >> 32]
+    key = np.zeros(len(seeds), np.uint32)
+    with np.errstate(over="ignore"):
+        for word, constant in zip(words, (0x7FEB352D, 0x846CA68B, 0x68E31DA4, 0xB5297A4D)):
+            key = _fmix32((key + word.astype(np.uint32)) ^ np.uint32(constant))
+        slot = _fmix32(key[:, None] ^ (np.arange(n, dtype=np.uint32) * np.uint32(0x9E3779B1))[None])
+        bits = _fmix32(slot[:, :, None] ^ (np.arange(v, dtype=np.uint32) * np.uint32(0x85EBCA77))[None, None])
+    return ((bits >> np.uint32(8)).astype(np.float32) + np.float32(0.5)) * np.float32(2.0 ** -24)
+
+
+def test_hash_gumbel_noise_formula(sampling_rng):
+    if sampling_rng != "hash":
+        pytest.skip("the hash stream's formula")
+    seeds = seeds_lib.example_seeds(tf.constant([-7, 2 ** 40 + 3], tf.int64), 2 ** 33 - 2, 3,
+                                    salt=seeds_lib.SAMPLING_SALT)  # negative key, index >= 2^32
+    noise = sampling.gumbel_noise([3, 4, 50], seeds).numpy()
+    u = _hash_uniform_reference(seeds.numpy(), 4, 50)
+    assert noise.dtype == np.float32
+    eps = np.float32(1e-9)
+    np.testing.assert_allclose(noise, -np.log(-np.log(u + eps) + eps), rtol=1e-6, atol=1e-6)
+    # every seed word matters: changing any one changes the noise of that example only
+    for row, column, delta in ((0, 0, 1), (1, 0, 2 ** 32), (2, 1, 1), (2, 1, 2 ** 32)):
+        other = seeds.numpy().copy()
+        other[row, column] += delta
+        changed = sampling.gumbel_noise([3, 4, 50], tf.constant(other)).numpy()
+        assert not np.isclose(changed[row], noise[row]).mean() > 0.05
+        np.testing.assert_array_equal(np.delete(changed, row, 0), np.delete(noise, row, 0))
+
+
+def test_noise_is_standard_gumbel_and_independent_across_slots_and_ids():
+    noise = sampling.gumbel_noise([64, 19, 2000], _seeds(64)).numpy().astype(np.float64)
+    euler_gamma, variance = 0.5772156649, np.pi ** 2 / 6
+    n = noise.size
+    assert abs(noise.mean() - euler_gamma) < 5 * np.sqrt(variance / n)
+    assert abs(noise.var() / variance - 1) < 0.01
+    # CDF exp(-exp(-g)) at a few quantiles
+    for q in (0.01, 0.25, 0.5, 0.75, 0.99):
+        g = -np.log(-np.log(q))
+        assert abs((noise < g).mean() - q) < 5 * np.sqrt(q * (1 - q) / n), q
+    # no correlation between neighbouring ids, neighbouring slots, or examples
+    flat = noise - noise.mean()
+    for a, b in ((flat[..., 1:], flat[..., :-1]), (flat[:, 1:], flat[:, :-1]), (flat[1:], flat[:-1])):
+        corr = (a * b).mean() / flat.var()
+        assert abs(corr) < 5 / np.sqrt(a.size), corr
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
@@ -53,13 +123,22 @@ def test_sample_with_given_noise_matches_official_formula_exactly(temperature, w
         assert not (got.numpy() == disallow).any()
 
 
-def test_drawn_noise_is_gumbel_noise_of_the_seeds():
-    logits = tf.random.stateless_normal([4, 3, 40], seed=[1, 2])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("with_disallow", [False, True])
+def test_drawn_noise_is_gumbel_noise_of_the_seeds(temperature, with_disallow):
+    # Logits of width 1: many near-ties, so any difference in the noise would show.
+    logits = tf.random.stateless_normal([4, 3, 400], seed=[1, 2])
     seeds = _seeds(4)
-    expected = tf.argmax(logits + sampling.gumbel_noise(tf.shape(logits), seeds), -1, output_type=tf.int32)
-    np.testing.assert_array_equal(sampling.sample_ids(logits, seeds=seeds).numpy(), expected.numpy())
-    graph = tf.function(lambda l, s: sampling.sample_ids(l, seeds=s))(logits, seeds)
-    np.testing.assert_array_equal(graph.numpy(), expected.numpy())
+    noise = sampling.gumbel_noise(tf.shape(logits), seeds)
+    disallow = (tf.argmax(logits / temperature + noise, -1, output_type=tf.int32) if with_disallow
+                else None)
+    expected = _official_reference(logits.numpy(), noise.numpy(), temperature,
+                                   None if disallow is None else disallow.numpy())
+    got = sampling.sample_ids(logits, seeds=seeds, temperature=temperature, disallow_ids=disallow)
+    np.testing.assert_array_equal(got.numpy(), expected)
+    graph = tf.function(lambda l, s: sampling.sample_ids(l, seeds=s, temperature=temperature,
+                                                         disallow_ids=disallow))(logits, seeds)
+    np.testing.assert_array_equal(graph.numpy(), expected)
 
 
 def test_tiny_temperature_gives_argmax_and_disallow_gives_runner_up():

@@ -11,13 +11,17 @@ step (together with issue 19's kernels below):
 A fixed-seed short run (dropout on, masking and sampling from the step seed) must give the same
 losses, gradient norms and weights up to float rounding.
 
-Issue 19 adds two switches in `electra_tf.modeling.fused`, each checked against the op-by-op path:
+Issue 19 adds three switches in `electra_tf.modeling.fused`, each checked against the op-by-op path:
 - `KERNELS` "xla": the elementwise work between the matmuls (bias + GELU; mask + softmax +
   dropout; bias + dropout + residual + LayerNorm; the embeddings' LayerNorm + dropout) as
   XLA-compiled clusters with hand-written gradients, vs "tf" (op by op);
 - `DROPOUT_RNG` "hash": counter-based dropout bits, vs "philox" (keras' own draws). "hash" is
   another stream, so it is compared with the op-by-op path using the same stream, and its masks
   are checked for rate, independence and reproducibility.
+- `SAMPLING_RNG` "hash": the generator's Gumbel noise from a keyed hash, fused with the sampling
+  scores in one XLA loop, vs the same noise added op by op with the official one-hot formula
+  (same samples, so the same run); "philox" is the per-example Philox stream. The stream itself
+  is pinned and tested in tests/pretraining/test_sampling.py.
 """
 
 import contextlib
@@ -29,7 +33,7 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import encoder, fused
-from electra_tf.pretraining import losses
+from electra_tf.pretraining import losses, sampling
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization, optimizers
 from electra_tf.vocab import SpecialTokens
@@ -134,6 +138,33 @@ def test_fused_kernels_are_the_default():
     # Chosen on the kernel A/B of docs/benchmarks.md (issue 19: the op time outside the matmuls
     # roughly halves) and equal to float rounding (below).
     assert (fused.DEFAULT_KERNELS, fused.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
+    assert fused.DEFAULT_SAMPLING_RNG == "hash"
+
+
+def _unfused_hash_scores(logits, seeds, temperature, disallow_ids):
+    """The official formula op by op (explicit one-hot) on the hash stream's noise."""
+    one_hot = tf.one_hot(disallow_ids, tf.shape(logits)[-1], dtype=tf.float32)  # -1 -> zeros
+    return ((logits / temperature - sampling.DISALLOW_PENALTY * one_hot)
+            + sampling.gumbel_noise(tf.shape(logits), seeds))
+
+
+def test_fused_hash_sampling_run_matches_op_by_op_sampling(monkeypatch):
+    with fused.kernel_options(sampling_rng="hash"):
+        fast, fast_weights = _run(3, "float32")
+        with monkeypatch.context() as m:
+            m.setattr(sampling, "_hash_scores", _unfused_hash_scores)
+            slow, slow_weights = _run(3, "float32")
+    # The same samples: the same run (the step seed changes every step, so 3 steps draw 3 times).
+    np.testing.assert_allclose(fast, slow, rtol=1e-6)
+    for a, b in zip(fast_weights, slow_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    with fused.kernel_options(sampling_rng="philox"):
+        philox, _ = _run(3, "float32")
+    # Another stream: other samples, so other losses (the first step's MLM loss only depends on
+    # the masks, not on the samples), of the same size.
+    assert not np.allclose(philox[:, 2], fast[:, 2], rtol=1e-4)
+    np.testing.assert_allclose(philox[0, 1], fast[0, 1], rtol=1e-6)
+    np.testing.assert_allclose(philox[:, 0], fast[:, 0], rtol=0.2)
 
 
 def _padded_dropout_block():
@@ -435,4 +466,9 @@ def test_kernel_switches_reject_unknown_choices():
         fused.configure(kernels="cuda")
     with pytest.raises(ValueError, match="dropout_rng must be one of"):
         fused.configure(dropout_rng="threefry")
+    before = fused.KERNELS
+    with pytest.raises(ValueError, match="sampling_rng must be one of"):
+        fused.configure(kernels="tf" if before == "xla" else "xla", sampling_rng="threefry")
     assert fused.KERNELS in fused.KERNEL_CHOICES and fused.DROPOUT_RNG in fused.DROPOUT_RNG_CHOICES
+    assert fused.KERNELS == before  # a rejected call changes nothing
+    assert fused.SAMPLING_RNG in fused.SAMPLING_RNG_CHOICES
