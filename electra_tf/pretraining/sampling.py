@@ -22,11 +22,11 @@ with "hash" sees other samples than one with "philox"), with the same distributi
 on 2^24 evenly spaced points of (0, 1) ("philox": 2^23 points of [0, 1)). The official code draws
 from stateful `tf.random.uniform`, which is not reproducible at all.
 
-Cost, batch 32, N = 19, vocab 30522, float32, graph mode, 2-core AMD EPYC (measured in one
-process, alternating; docs/benchmarks.md has the step-level A/B): the "philox" path takes 2.9x
-the time of the "hash" path (130 vs 45 ms median with the machine under other load; ~70 ms for
-"philox" idle). XLA's own ArgMax (a variadic reduction) was 5x slower than TensorFlow's on this
-CPU, so the argmax stays a TensorFlow kernel.
+Cost of `sample_ids` in graph mode, N = 19, vocab 30522, float32 (`python
+benchmarks/sampling.py` on an idle 2-core AMD EPYC, one process, calls alternating): batch 32,
+"philox" 70 ms vs "hash" 33 ms median; batch 128, 260 ms vs 101 ms. XLA's own ArgMax (a variadic
+reduction) was 5x slower than TensorFlow's on this CPU, so the argmax stays a TensorFlow kernel;
+the two logs are most of what the fused loop costs.
 """
 
 from __future__ import annotations
