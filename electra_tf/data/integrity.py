@@ -248,7 +248,14 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
         DataError: a mismatch, naming the manifest and both values; with `skip_bad_records`,
             no good record at all.
     """
-    files = list_files(patterns)
+    try:
+        files = list_files(patterns)
+    except DataError:
+        # A builder that has taken the directory but not yet written a file: say so, rather
+        # than "no files match", which sends the user to build data that is being built.
+        for directory in _literal_directories(patterns):
+            _check_not_being_built(directory)
+        raise
     total, manifests, expected_counts = 0, [], {}
     for directory in sorted({os.path.dirname(f) for f in files}):
         matched = sorted(f for f in files if os.path.dirname(f) == directory)
@@ -279,6 +286,17 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
         summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
                        skipped_records=plan["skipped_records"], problems=plan["problems"])
     return summary
+
+
+def _literal_directories(patterns: str) -> List[str]:
+    """The existing local directories named without wildcards by comma-separated globs."""
+    directories = set()
+    for pattern in (p.strip() for p in patterns.split(",")):
+        directory = os.path.dirname(pattern)
+        wildcard = any(c in directory for c in "*?[")
+        if pattern and not wildcard and os.path.isdir(directory or "."):
+            directories.add(directory or ".")
+    return sorted(directories)
 
 
 def _check_not_being_built(directory: str) -> None:
