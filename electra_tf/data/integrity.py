@@ -38,6 +38,11 @@ class DataError(ElectraError, ValueError):
     """The pretraining data is missing or does not match the config."""
 
 
+def _split_patterns(patterns: str) -> List[str]:
+    """The non-empty globs of a comma-separated list (official `pretrain_tfrecords`)."""
+    return [p for p in (p.strip() for p in patterns.split(",")) if p]
+
+
 def list_files(patterns: str) -> List[str]:
     """Sorted union of the files matched by comma-separated globs (official `pretrain_tfrecords`).
 
@@ -45,9 +50,8 @@ def list_files(patterns: str) -> List[str]:
         DataError: no file matches.
     """
     files = set()
-    for pattern in (p.strip() for p in patterns.split(",")):
-        if pattern:
-            files.update(tf.io.gfile.glob(pattern))
+    for pattern in _split_patterns(patterns):
+        files.update(tf.io.gfile.glob(pattern))
     if not files:
         raise DataError(f"no TFRecord files match {patterns!r} "
                         "(build them with build_pretraining_dataset.py)")
@@ -291,11 +295,10 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
 def _literal_directories(patterns: str) -> List[str]:
     """The existing local directories named without wildcards by comma-separated globs."""
     directories = set()
-    for pattern in (p.strip() for p in patterns.split(",")):
-        directory = os.path.dirname(pattern)
-        wildcard = any(c in directory for c in "*?[")
-        if pattern and not wildcard and os.path.isdir(directory or "."):
-            directories.add(directory or ".")
+    for pattern in _split_patterns(patterns):
+        directory = os.path.dirname(pattern) or "."
+        if not any(c in directory for c in "*?[") and os.path.isdir(directory):
+            directories.add(directory)
     return sorted(directories)
 
 
