@@ -13,6 +13,11 @@ this host (or any process on another host, which cannot be checked from here) ho
 
 Within one process the lock is re-entrant (counted), so sequential objects working on one
 directory (a test's two trainers, a resumed run in a notebook) do not lock each other out.
+
+`current_holder` probes with a momentary shared lock. A writer whose exclusive lock lands in that
+window, or in the microseconds between a new holder's lock and its record, finds the lock taken
+while the file names no live holder; it retries for up to `PROBE_GRACE_S` before it reports the
+directory busy. A recorded holder that is alive (or on another host) is reported at once.
 """
 
 from __future__ import annotations
@@ -37,6 +42,12 @@ _NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 # Held locks of this process: real path of the lock file -> (fd or -1 without flock, count).
 _held: Dict[str, Tuple[int, int]] = {}
 _held_guard = threading.Lock()
+# How long a writer retries a lock that is taken while its file names no live holder: a probe's
+# shared lock lasts microseconds, so this only adds delay when a dead holder's lock is still held
+# (e.g. by a child that inherited the descriptor), which is then reported as before.
+PROBE_GRACE_S = 1.0
+_RETRY_PAUSE_S = 0.01
+_pause = time.sleep  # the retry's wait; tests replace it to act at the exact retry point
 
 
 class LockError(ElectraError, RuntimeError):
@@ -155,6 +166,7 @@ class DirectoryLock:
 
     # -------------------------------------------------------------------------------------------
     def _take(self) -> int:
+        retries = int(PROBE_GRACE_S / _RETRY_PAUSE_S)
         while True:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -164,7 +176,14 @@ class DirectoryLock:
                 if e.errno in _NO_FLOCK:
                     return self._take_without_flock()
                 if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise self._busy(read_holder(self.directory)) from None
+                    holder = read_holder(self.directory)
+                    if retries > 0 and not (holder and _alive_elsewhere(holder)):
+                        # Taken, but by no live recorded holder: a probe of `current_holder`, or
+                        # a new holder that has not written its record yet. Both end at once.
+                        retries -= 1
+                        _pause(_RETRY_PAUSE_S)
+                        continue
+                    raise self._busy(holder) from None
                 raise
             try:
                 same_file = os.fstat(fd).st_ino == os.stat(self.path).st_ino

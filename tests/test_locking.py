@@ -1,7 +1,8 @@
 """electra_tf.locking against real concurrent processes: a holder in another process, a holder
 killed with SIGKILL (stale lock taken over), re-entry within one process, a read-only
-directory."""
+directory, and a writer whose lock lands inside another process's momentary probe."""
 
+import fcntl
 import json
 import logging
 import os
@@ -48,8 +49,13 @@ def holder(tmp_path):
     process.wait(timeout=60)
 
 
-def test_a_second_writer_is_refused_naming_the_holder(holder):
+def never_pause(seconds):
+    raise AssertionError("the writer waited although a live holder is recorded")
+
+
+def test_a_second_writer_is_refused_naming_the_holder(holder, monkeypatch):
     directory, process = holder
+    monkeypatch.setattr(locking, "_pause", never_pause)  # a live holder is reported at once
     with pytest.raises(locking.LockError) as info:
         locking.DirectoryLock(directory, "test dir").acquire()
     message = str(info.value)
@@ -112,3 +118,57 @@ def test_the_trainer_names_a_builder_that_has_not_written_a_file_yet(holder):
     assert process.wait(timeout=60) == 0
     with pytest.raises(pipeline.DataError, match="no TFRecord files match"):
         pipeline.validate_dataset(pattern, **check)
+
+
+def dead_pid():
+    """The pid of a child that has ended (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait(timeout=60)
+    return child.pid
+
+
+def probe_lock(directory, record):
+    """A shared lock on `directory`'s lock file, as `current_holder` takes it for an instant,
+    over a file that names `record` (None: no holder written yet). Returns the descriptor."""
+    with open(locking.lock_path(directory), "w", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n" if record else "")
+    fd = os.open(locking.lock_path(directory), os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    return fd
+
+
+@pytest.mark.parametrize("recorded", ["nobody", "a dead holder"])
+def test_a_writer_that_lands_in_a_probe_waits_for_it_instead_of_stopping(tmp_path, monkeypatch,
+                                                                          recorded):
+    """The race `current_holder` opens: its shared lock is up while a writer tries to lock. The
+    probe ends at the writer's first pause here, exactly where it would end in the race."""
+    directory = str(tmp_path)
+    record = None if recorded == "nobody" else {"pid": dead_pid(), "host": socket.gethostname()}
+    fd = probe_lock(directory, record)
+    pauses = []
+
+    def probe_ends(seconds):
+        pauses.append(seconds)
+        os.close(fd)
+
+    monkeypatch.setattr(locking, "_pause", probe_ends)
+    with locking.DirectoryLock(directory, "test dir"):
+        assert locking.read_holder(directory)["pid"] == os.getpid()
+    assert len(pauses) == 1
+
+
+def test_a_lock_still_held_after_the_grace_is_reported_busy(tmp_path, monkeypatch):
+    """A dead holder's lock that stays held (a child inherited the descriptor): the writer gives up
+    after PROBE_GRACE_S and names the recorded holder."""
+    directory = str(tmp_path)
+    pid = dead_pid()
+    fd = probe_lock(directory, {"pid": pid, "host": socket.gethostname()})
+    pauses = []
+    monkeypatch.setattr(locking, "_pause", pauses.append)
+    try:
+        with pytest.raises(locking.LockError, match=f"is in use by pid {pid} on host"):
+            locking.DirectoryLock(directory, "test dir").acquire()
+    finally:
+        os.close(fd)
+    assert len(pauses) == int(locking.PROBE_GRACE_S / locking._RETRY_PAUSE_S) > 0
+    assert sum(pauses) == pytest.approx(locking.PROBE_GRACE_S)
