@@ -22,10 +22,23 @@ sys.path.insert(0, REPO_ROOT)
 
 
 def positive_ints(text):
-    values = [int(v) for v in text.split(",") if v]
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        values = []
     if not values or min(values) <= 0:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     return values
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def main(argv=None):
@@ -33,10 +46,10 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=positive_ints, default=[32, 128],
                         help="comma-separated batch sizes. Default: 32,128")
-    parser.add_argument("--slots", type=int, default=19,
+    parser.add_argument("--slots", type=positive_int, default=19,
                         help="masked slots per example N (ELECTRA-small at length 128: 19)")
-    parser.add_argument("--vocab", type=int, default=30522, help="vocab size. Default: 30522")
-    parser.add_argument("--calls", type=int, default=9,
+    parser.add_argument("--vocab", type=positive_int, default=30522, help="vocab size. Default: 30522")
+    parser.add_argument("--calls", type=positive_int, default=9,
                         help="timed calls per stream and batch size (after one untimed call). "
                              "Default: 9")
     args = parser.parse_args(argv)
