@@ -30,6 +30,16 @@ def repo_root():
     return REPO_ROOT
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _module_graphs_released():
+    """Frees each module's traced graphs when it ends: TensorFlow's custom-gradient registry would
+    keep them all (electra_tf/training/graph_leaks.py), ~7 GB per pytest process by the end."""
+    from electra_tf.training import graph_leaks
+
+    with graph_leaks.custom_gradients_released():
+        yield
+
+
 @pytest.fixture(scope="session")
 def mirrored_strategy():
     """One two-replica MirroredStrategy for the whole session.

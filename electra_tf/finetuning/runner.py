@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import keras
 import numpy as np
@@ -51,6 +51,7 @@ from electra_tf.finetuning.registry import build_task
 from electra_tf.finetuning.task import (SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed,
                                         write_json_atomically)
 from electra_tf.progress import eta_seconds, format_duration
+from electra_tf.training import graph_leaks
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.strategy import set_inter_op_threads
@@ -285,6 +286,41 @@ def _log_examples(task: FinetuningTask, features: Dict[str, np.ndarray], vocab, 
                     features["segment_ids"][i][:n].tolist())
 
 
+def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
+               tasks: List[FinetuningTask], table: Optional[Dict[str, np.ndarray]],
+               task_names: List[str], eval_sets: Dict[str, list], results_dir: str) -> dict:
+    """Trains, scores and exports one trial's model (seed `config.seed + trial - 1`). Returns its
+    record for results.json: trial, seed, metrics, train summary, export."""
+    seed = config.seed + trial - 1
+    logger.info("trial %d/%d (seed %d)", trial, config.num_trials, seed)
+    model = build_model(pretrained, tasks, seed)
+    record = {"trial": trial, "seed": seed, "metrics": {}}
+    if config.do_train:
+        record.update(train(model, table, config, seed, task_names))
+    if config.do_eval:
+        context = ScoreContext(results_dir, trial,
+                               config.write_test_outputs and trial <= config.n_writes_test,
+                               config.task_names_str)
+        for task in tasks:
+            for eval_set in eval_sets[task.name]:
+                if not eval_set.labelled and not context.write_test_outputs:
+                    continue  # nothing to score or write
+                outputs = predict(model, task.name, eval_set.features,
+                                  config.predict_batch_size)
+                values = task.score(eval_set, outputs, context)
+                if values is not None:
+                    record["metrics"].setdefault(task.name, {})[eval_set.split] = values
+                    logger.info("  %s %s: %s", task.name, eval_set.split,
+                                " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
+    if config.do_train and config.do_export and (config.keep_all_models
+                                                 or trial == config.num_trials):
+        module = FinetunedModule(model, tasks)
+        record["export"] = export_finetuned(module, config.trial_model_dir(trial),
+                                            config.to_json(), pretrained.vocab.path)
+        logger.info("  exported %s", record["export"])
+    return record
+
+
 def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     """Fine-tunes and evaluates as the config says (see module docstring).
 
@@ -296,6 +332,13 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     Raises:
         FinetuningError, DataFileError, PretrainedError, ConfigError: bad input (one line).
     """
+    # Every graph traced here goes when the run ends (graph_leaks), each trial's already when the
+    # trial ends.
+    with graph_leaks.custom_gradients_released():
+        return _run(config, overwrite)
+
+
+def _run(config: FinetuningConfig, overwrite: bool) -> dict:
     set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (see strategy.py)
     _check_outputs(config, overwrite)
     pretrained = load_pretrained(config)
@@ -331,33 +374,11 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     keras.mixed_precision.set_global_policy(config.mixed_precision)
     try:
         for trial in range(1, config.num_trials + 1):
-            seed = config.seed + trial - 1
-            logger.info("trial %d/%d (seed %d)", trial, config.num_trials, seed)
-            model = build_model(pretrained, tasks, seed)
-            record = {"trial": trial, "seed": seed, "metrics": {}}
-            if config.do_train:
-                record.update(train(model, table, config, seed, task_names))
-            if config.do_eval:
-                context = ScoreContext(results_dir, trial,
-                                       config.write_test_outputs and trial <= config.n_writes_test,
-                                       config.task_names_str)
-                for task in tasks:
-                    for eval_set in eval_sets[task.name]:
-                        if not eval_set.labelled and not context.write_test_outputs:
-                            continue  # nothing to score or write
-                        outputs = predict(model, task.name, eval_set.features,
-                                          config.predict_batch_size)
-                        values = task.score(eval_set, outputs, context)
-                        if values is not None:
-                            record["metrics"].setdefault(task.name, {})[eval_set.split] = values
-                            logger.info("  %s %s: %s", task.name, eval_set.split,
-                                        " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
-            if config.do_train and config.do_export and (config.keep_all_models
-                                                         or trial == config.num_trials):
-                module = FinetunedModule(model, tasks)
-                record["export"] = export_finetuned(module, config.trial_model_dir(trial),
-                                                    config.to_json(), pretrained.vocab.path)
-                logger.info("  exported %s", record["export"])
+            # The trial's traced graphs go with its model (graph_leaks: TensorFlow's
+            # custom-gradient registry would keep every trial's for the life of the process).
+            with graph_leaks.custom_gradients_released():
+                record = _run_trial(config, trial, pretrained, tasks, table, task_names,
+                                    eval_sets, results_dir)
             results["trials"].append(record)
             if results["trials"][0]["metrics"]:
                 results["summary"] = summarize(results["trials"])

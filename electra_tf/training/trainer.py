@@ -34,8 +34,8 @@ from electra_tf.data import pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (board, checkpointing, inputs, optimization, preemption,
-                                 run_dir, summaries, train_step)
+from electra_tf.training import (board, checkpointing, graph_leaks, inputs, optimization,
+                                 preemption, run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab, load_vocab
 
@@ -391,8 +391,10 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
         {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    with Trainer(config, strategy, overwrite=overwrite,
-                 profile_steps=profile_steps) as trainer:
+    # The run's traced graphs go with it (graph_leaks: TensorFlow's custom-gradient registry
+    # would keep them for the life of the process).
+    with graph_leaks.custom_gradients_released(), \
+            Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps) as trainer:
         return _run(trainer)
 
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.training import graph_leaks
 from tests.finetuning_fixtures import REAL_VOCAB, corpus_tasks_dir, need_real_data, tiny_pretrained
 
 pytestmark = pytest.mark.slow
@@ -37,13 +38,19 @@ def _run(world, tasks, **hparams):
 
 
 def test_sts_from_the_model_dir_with_two_trials_the_last_exported(world, monkeypatch):
-    written = []
+    written, registered = [], []
     write = runner._write_results
     monkeypatch.setattr(runner, "_write_results",
                         lambda config, results: (written.append(len(results["trials"])),
+                                                 registered.append(
+                                                     graph_leaks.registered_custom_gradients()),
                                                  write(config, results)))
+    before = graph_leaks.registered_custom_gradients()
     config, results = _run(world, ["sts"], num_trials=2, keep_all_models=False)
     assert written == [1, 2]  # results rewritten after every trial (SH-12)
+    # Each trial's traced graphs were released with it, the run's with the run
+    # (tests/training/test_graph_leaks.py has the mechanism).
+    assert registered[0] == registered[1] and graph_leaks.registered_custom_gradients() == before
     assert results["init"]["kind"] == "model_dir"
     assert [t["seed"] for t in results["trials"]] == [0, 1]
     assert set(results["summary"]["sts"]["dev"]) == {"pearson", "spearman", "mse", "loss"}
