@@ -6,8 +6,9 @@ gradient in a process-wide registry under a fresh name, `CustomGradient-<uid>`, 
 it. The registered closure holds tensors of the traced graph, so the whole graph (its operations,
 shapes and captured constants) outlives the model it belongs to (tensorflow/tensorflow#97697, still
 so in TF 2.21). One ELECTRA training run in a process leaks nothing that matters; several in one
-process (fine-tuning trials, a notebook, a sweep, a test suite) add up: a 12-layer, hidden-256
-model left ~360 MB per run behind, which `keras.backend.clear_session()` does not free.
+process (fine-tuning trials, a notebook, a sweep, a test suite) add up: each ELECTRA-small run
+left ~350 MiB behind (benchmarks/graph_memory.py), which `keras.backend.clear_session()` does not
+free.
 
 `custom_gradients_released()` removes, when its block ends, the registrations made inside it.
 The library wraps each pretraining `run` and each fine-tuning trial in it.
