@@ -24,12 +24,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-
-def positive_int(text):
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+from benchmarks.cli_types import positive_int  # noqa: E402
 
 
 # name -> (left operand shape key, right operand shape key, transpose_a, transpose_b)
