@@ -25,9 +25,10 @@ int((0.15 + 0.005) * 128)), at each batch size and precision:
 
 electra-tf's kernels (electra_tf.modeling.fused: op-by-op TensorFlow kernels or XLA-compiled
 elementwise clusters; keras' Philox dropout draws or counter-based hash bits; per-example Philox
-Gumbel noise or the hash fused with the sampling scores) can be compared A/B in one process with
-e.g. --electra-tf-kernels tf/philox/philox,xla/hash/philox,xla/hash/hash: one traced training
-loop per variant over the same model and input, windows alternating.
+Gumbel noise or the hash fused with the sampling scores; the dense layers' input gradient as
+TensorFlow's MatMul gradient or an einsum) can be compared A/B in one process with e.g.
+--electra-tf-kernels tf/philox/philox,xla/hash/hash/matmul,xla/hash/hash/einsum: one traced
+training loop per variant over the same model and input, windows alternating.
 
 Each implementation x batch x dtype runs in its own subprocess (so peak RSS does not mix):
 the first call (trace / graph build + 1 step) is timed separately, then `--warmup` windows, then
@@ -225,19 +226,21 @@ def _interleaved_windows(run_windows, steps, warmup, windows):
 
 
 def parse_kernel_variant(spec):
-    """"xla/hash/hash" -> {"kernels": "xla", "dropout_rng": "hash", "sampling_rng": "hash"}
-    (electra_tf.modeling.fused); the third part may be left out (the library default)."""
+    """"xla/hash/hash/einsum" -> {"kernels": "xla", "dropout_rng": "hash", "sampling_rng": "hash",
+    "dense_grad": "einsum"} (electra_tf.modeling.fused); the parts after the second may be left
+    out (the library defaults)."""
     from electra_tf.modeling import fused
 
     parts = spec.split("/")
-    choices = (fused.KERNEL_CHOICES, fused.DROPOUT_RNG_CHOICES, fused.SAMPLING_RNG_CHOICES)
-    if len(parts) not in (2, 3) or any(p not in c for p, c in zip(parts, choices)):
+    keys = ("kernels", "dropout_rng", "sampling_rng", "dense_grad")
+    choices = (fused.KERNEL_CHOICES, fused.DROPOUT_RNG_CHOICES, fused.SAMPLING_RNG_CHOICES,
+               fused.DENSE_GRAD_CHOICES)
+    if not 2 <= len(parts) <= len(keys) or any(p not in c for p, c in zip(parts, choices)):
         raise argparse.ArgumentTypeError(
-            f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG[/SAMPLING_RNG] with KERNELS "
-            f"in {'|'.join(fused.KERNEL_CHOICES)}, DROPOUT_RNG in "
-            f"{'|'.join(fused.DROPOUT_RNG_CHOICES)} and SAMPLING_RNG in "
-            f"{'|'.join(fused.SAMPLING_RNG_CHOICES)}, e.g. xla/hash/hash")
-    return dict(zip(("kernels", "dropout_rng", "sampling_rng"), parts))
+            f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG[/SAMPLING_RNG[/DENSE_GRAD]] with "
+            + ", ".join(f"{k.upper()} in {'|'.join(c)}" for k, c in zip(keys, choices))
+            + ", e.g. xla/hash/hash/einsum")
+    return dict(zip(keys, parts))
 
 
 def worker_electra_tf(args):
@@ -280,7 +283,8 @@ def worker_electra_tf(args):
             return run_window
 
         for variant in variants:
-            name = variant or f"{fused.KERNELS}/{fused.DROPOUT_RNG}/{fused.SAMPLING_RNG}"
+            name = variant or (f"{fused.KERNELS}/{fused.DROPOUT_RNG}/{fused.SAMPLING_RNG}/"
+                               f"{fused.DENSE_GRAD}")
             options = parse_kernel_variant(variant) if variant else {}
             losses[name] = []
             with fused.kernel_options(**options):
@@ -812,10 +816,12 @@ def build_parser():
                              "per kernel variant with the TensorFlow profiler into this "
                              "directory, and print where the op time goes (grouped)")
     parser.add_argument("--electra-tf-kernels", default=None,
-                        help="comma-separated kernel variants KERNELS/DROPOUT_RNG[/SAMPLING_RNG] "
-                             "of the electra_tf step (electra_tf.modeling.fused: KERNELS tf|xla, "
-                             "DROPOUT_RNG philox|hash, SAMPLING_RNG philox|hash, default: the "
-                             "library's), e.g. 'tf/philox/philox,xla/hash/hash': each is traced as its own "
+                        help="comma-separated kernel variants "
+                             "KERNELS/DROPOUT_RNG[/SAMPLING_RNG[/DENSE_GRAD]] of the electra_tf "
+                             "step (electra_tf.modeling.fused: KERNELS tf|xla, DROPOUT_RNG "
+                             "philox|hash, SAMPLING_RNG philox|hash, DENSE_GRAD matmul|einsum; "
+                             "parts left out: the library's defaults), e.g. "
+                             "'xla/hash/hash/matmul,xla/hash/hash/einsum': each is traced as its own "
                              "training loop in the one electra_tf process and their windows "
                              "alternate (an A/B in one process). Default: the library defaults")
     parser.add_argument("--rounds", type=int, default=1,

@@ -204,7 +204,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         (`fused.KERNELS` = "xla", training calls): the matmuls stay TensorFlow's (oneDNN on
         CPU), and each stretch between two of them is one compiled loop forward and one backward
         (see fused.py): QKV bias + head split + query scaling; mask + softmax + dropout;
-        bias + dropout + residual + LayerNorm (twice); bias + GELU.
+        bias + dropout + residual + LayerNorm (twice); bias + GELU. The four dense products go
+        through `fused.matmul`, whose input gradient follows `fused.DENSE_GRAD`.
         """
         dtype = self.compute_dtype
         attention = self._self_attention_layer
@@ -221,7 +222,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
 
         projections = (attention._query_dense, attention._key_dense, attention._value_dense)
         qkv_kernel = tf.concat([kernel(p, [width, heads * head_size]) for p in projections], 1)
-        qkv = tf.reshape(tf.matmul(rows, qkv_kernel), [shape[0], shape[1], -1])  # [B, L, 3H]
+        qkv = tf.reshape(fused.matmul(rows, qkv_kernel), [shape[0], shape[1], -1])  # [B, L, 3H]
         query, key, value = fused.split_heads(
             qkv, tf.concat([bias(p) for p in projections], 0), heads,
             float(attention._inverse_sqrt_key_dim))  # [B, heads, L, hs] each, query scaled
@@ -241,7 +242,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                                      rows, self._self_attention_dropout,
                                      self._self_attention_layer_norm, training)
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
-        hidden = tf.matmul(attended, tf.cast(inner.kernel, dtype))
+        hidden = fused.matmul(attended, tf.cast(inner.kernel, dtype))
         if inner.activation is keras.activations.gelu:
             hidden = fused.bias_gelu(hidden, bias(inner))
         else:
@@ -256,7 +257,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     @staticmethod
     def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
         """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
-        h = tf.matmul(x, kernel)
+        h = fused.matmul(x, kernel)
         return fused.bias_dropout_residual_norm(
             h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
             norm.epsilon, fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))

@@ -38,7 +38,14 @@ implemented in `electra_tf.pretraining.sampling`: "philox" (per-example stateles
 TensorFlow kernels) or "hash" (the same keyed hash per (example, slot, vocab id), computed inside
 one XLA-compiled loop with the Gumbel transform and the scores, never stored).
 
-All three switches are read when a model is traced (`tf.function` / Keras call), so set them
+The dense layers' input gradient, chosen by `DENSE_GRAD` (`matmul` below; the XLA path's
+QKV, attention-output and FFN products): "matmul" is TensorFlow's own MatMul gradient, dx =
+matmul(dy, kernel, transpose_b=True); "einsum" computes the same product as
+`einsum("ij,kj->ik", dy, kernel)`. Same arithmetic, another oneDNN kernel: on a 2-core AMD EPYC
+the transposed-operand MatMul runs the FFN's [tokens, 1024] x [256, 1024]^T at ~150 GFLOP/s and
+the einsum at ~195 (the forward product's speed); see docs/benchmarks.md.
+
+All four switches are read when a model is traced (`tf.function` / Keras call), so set them
 before building the training step (`configure`, the `kernel_options` context manager, or the
 ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / ELECTRA_TF_SAMPLING_RNG environment variables for a
 whole process). The
@@ -64,21 +71,26 @@ import tensorflow as tf
 KERNEL_CHOICES = ("tf", "xla")
 DROPOUT_RNG_CHOICES = ("philox", "hash")
 SAMPLING_RNG_CHOICES = ("philox", "hash")
+DENSE_GRAD_CHOICES = ("matmul", "einsum")
 
 # Read at trace time by the encoder, embeddings, heads and the generator's sampler (see the
-# module docstring). The environment variables ELECTRA_TF_KERNELS, ELECTRA_TF_DROPOUT_RNG and
-# ELECTRA_TF_SAMPLING_RNG override the defaults for a whole process (e.g. a run_pretraining.py
-# job); `configure` changes them in code.
+# module docstring). The environment variables ELECTRA_TF_KERNELS, ELECTRA_TF_DROPOUT_RNG,
+# ELECTRA_TF_SAMPLING_RNG and ELECTRA_TF_DENSE_GRAD override the defaults for a whole process
+# (e.g. a run_pretraining.py job); `configure` changes them in code.
 DEFAULT_KERNELS = "xla"
 DEFAULT_DROPOUT_RNG = "hash"
 DEFAULT_SAMPLING_RNG = "hash"
+DEFAULT_DENSE_GRAD = "einsum"
 KERNELS = DEFAULT_KERNELS
 DROPOUT_RNG = DEFAULT_DROPOUT_RNG
 SAMPLING_RNG = DEFAULT_SAMPLING_RNG
+DENSE_GRAD = DEFAULT_DENSE_GRAD
+_ENVIRONMENT = ("ELECTRA_TF_KERNELS", "ELECTRA_TF_DROPOUT_RNG", "ELECTRA_TF_SAMPLING_RNG",
+                "ELECTRA_TF_DENSE_GRAD")
 
 
 def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
-              sampling_rng: Optional[str] = None) -> None:
+              sampling_rng: Optional[str] = None, dense_grad: Optional[str] = None) -> None:
     """Sets the kernel implementation and the random streams for models traced from now on.
 
     Args:
@@ -86,14 +98,17 @@ def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
         dropout_rng: "philox" (keras' stream) or "hash" (counter-based); None keeps the current.
         sampling_rng: the generator's Gumbel noise, "philox" (per-example Philox draws) or "hash"
             (counter-based, fused with the sampling scores in XLA); None keeps the current.
+        dense_grad: how `matmul` computes its input gradient, "matmul" (TensorFlow's MatMul
+            gradient) or "einsum"; None keeps the current.
 
     Raises:
         ValueError: an unknown choice.
     """
-    global KERNELS, DROPOUT_RNG, SAMPLING_RNG
+    global KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD
     for name, value, choices in (("kernels", kernels, KERNEL_CHOICES),
                                  ("dropout_rng", dropout_rng, DROPOUT_RNG_CHOICES),
-                                 ("sampling_rng", sampling_rng, SAMPLING_RNG_CHOICES)):
+                                 ("sampling_rng", sampling_rng, SAMPLING_RNG_CHOICES),
+                                 ("dense_grad", dense_grad, DENSE_GRAD_CHOICES)):
         if value is not None and value not in choices:
             raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     if kernels is not None:
@@ -102,23 +117,22 @@ def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
         DROPOUT_RNG = dropout_rng
     if sampling_rng is not None:
         SAMPLING_RNG = sampling_rng
+    if dense_grad is not None:
+        DENSE_GRAD = dense_grad
 
 
 try:
-    configure(os.environ.get("ELECTRA_TF_KERNELS") or None,
-              os.environ.get("ELECTRA_TF_DROPOUT_RNG") or None,
-              os.environ.get("ELECTRA_TF_SAMPLING_RNG") or None)
+    configure(*(os.environ.get(name) or None for name in _ENVIRONMENT))
 except ValueError as error:
-    raise ValueError(f"environment variable ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / "
-                     f"ELECTRA_TF_SAMPLING_RNG: {error}") from None
+    raise ValueError(f"environment variable {' / '.join(_ENVIRONMENT)}: {error}") from None
 
 
 @contextlib.contextmanager
 def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
-                   sampling_rng: Optional[str] = None):
+                   sampling_rng: Optional[str] = None, dense_grad: Optional[str] = None):
     """`configure` for the duration of a `with` block (restores the previous choices)."""
-    previous = (KERNELS, DROPOUT_RNG, SAMPLING_RNG)
-    configure(kernels, dropout_rng, sampling_rng)
+    previous = (KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD)
+    configure(kernels, dropout_rng, sampling_rng, dense_grad)
     try:
         yield
     finally:
@@ -588,3 +602,34 @@ def norm_dropout(x, gamma, beta, epsilon: float, noise: Optional[Noise]) -> tf.T
         return y, grad
 
     return run(x, gamma, beta)
+
+
+# ------------------------------------------------------------------------------------------------
+# Dense layers' matmul
+# ------------------------------------------------------------------------------------------------
+@tf.custom_gradient
+def _matmul_einsum_input_grad(x, kernel):
+    def grad(dy):
+        # dy @ kernel^T as an einsum: TensorFlow's MatMul gradient passes transpose_b=True, whose
+        # oneDNN kernel is slower for these shapes (module docstring). The kernel gradient keeps
+        # TensorFlow's form, x^T @ dy, which runs at the forward product's speed.
+        return (tf.einsum("ij,kj->ik", dy, kernel),
+                tf.matmul(x, dy, transpose_a=True))
+
+    return tf.matmul(x, kernel), grad
+
+
+def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """A dense layer's product without bias: `x @ kernel`, with the input gradient of `DENSE_GRAD`.
+
+    Args:
+        x: float [rows, in].
+        kernel: float [in, out], same dtype.
+
+    Returns:
+        float [rows, out]. The value and both gradients are the same products whatever
+        `DENSE_GRAD` (float rounding may differ with the kernel oneDNN picks).
+    """
+    if DENSE_GRAD == "einsum":
+        return _matmul_einsum_input_grad(x, kernel)
+    return tf.matmul(x, kernel)

@@ -22,6 +22,8 @@ Issue 19 adds three switches in `electra_tf.modeling.fused`, each checked agains
   scores in one XLA loop, vs the same noise added op by op with the official one-hot formula
   (same samples, so the same run); "philox" is the per-example Philox stream. The stream itself
   is pinned and tested in tests/pretraining/test_sampling.py.
+- `DENSE_GRAD` "einsum": the dense layers' input gradient dy @ W^T as an einsum instead of
+  TensorFlow's MatMul gradient (transpose_b), the same product (`fused.matmul`).
 """
 
 import contextlib
@@ -139,6 +141,7 @@ def test_fused_kernels_are_the_default():
     # roughly halves) and equal to float rounding (below).
     assert (fused.DEFAULT_KERNELS, fused.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
     assert fused.DEFAULT_SAMPLING_RNG == "hash"
+    assert fused.DEFAULT_DENSE_GRAD == "einsum"
 
 
 def _unfused_hash_scores(logits, seeds, temperature, disallow_ids):
@@ -264,14 +267,15 @@ def _layer_forward_backward(layer, x, mask, training):
     return tf.cast(y, tf.float32), [tf.cast(g, tf.float32) for g in grads]
 
 
+@pytest.mark.parametrize("dense_grad", fused.DENSE_GRAD_CHOICES)
 @pytest.mark.parametrize("rng", fused.DROPOUT_RNG_CHOICES)
-def test_xla_block_matches_op_by_op_block_with_padding(rng):
+def test_xla_block_matches_op_by_op_block_with_padding(rng, dense_grad):
     layer, x, mask, state = _padded_dropout_block()
     results = {}
     for kernels in fused.KERNEL_CHOICES:
         for v, s in zip(layer.non_trainable_variables, state):
             v.assign(s)  # rewind the dropout seed generators: the same masks again
-        with fused.kernel_options(kernels, rng):
+        with fused.kernel_options(kernels, rng, dense_grad=dense_grad):
             y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
         results[kernels] = (y.numpy(), [g.numpy() for g in grads])
     (fast_y, fast_g), (slow_y, slow_g) = results["xla"], results["tf"]
@@ -472,3 +476,41 @@ def test_kernel_switches_reject_unknown_choices():
     assert fused.KERNELS in fused.KERNEL_CHOICES and fused.DROPOUT_RNG in fused.DROPOUT_RNG_CHOICES
     assert fused.KERNELS == before  # a rejected call changes nothing
     assert fused.SAMPLING_RNG in fused.SAMPLING_RNG_CHOICES
+    dense_before = fused.DENSE_GRAD
+    with pytest.raises(ValueError, match="dense_grad must be one of matmul, einsum, got 'bmm'"):
+        fused.configure(dense_grad="bmm")
+    assert fused.DENSE_GRAD == dense_before
+
+
+def _op_types(concrete):
+    graph = concrete.graph.as_graph_def()
+    return {n.op for n in graph.node} | {n.op for f in graph.library.function
+                                         for n in f.node_def}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dense_grad", fused.DENSE_GRAD_CHOICES)
+def test_dense_matmul_value_and_gradients_are_tensorflows(dense_grad, dtype):
+    x = tf.cast(tf.random.stateless_normal([24, 16], [1, 2]), dtype)
+    kernel = tf.cast(tf.random.stateless_normal([16, 40], [3, 4]), dtype)
+    upstream = tf.cast(tf.random.stateless_normal([24, 40], [5, 6]), dtype)
+
+    def forward_backward(product, x, kernel):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            y = product(x, kernel)
+        return [y] + tape.gradient(y, [x, kernel], output_gradients=upstream)
+
+    with fused.kernel_options(dense_grad=dense_grad):
+        fast_fn = tf.function(lambda x, k: forward_backward(fused.matmul, x, k))
+        fast = fast_fn(x, kernel)
+    reference = tf.function(lambda x, k: forward_backward(tf.matmul, x, k))(x, kernel)
+    # dx = upstream @ kernel^T and dkernel = x^T @ upstream, the same products either way.
+    for a, b in zip(fast, reference):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_allclose(tf.cast(a, tf.float32).numpy(),
+                                   tf.cast(b, tf.float32).numpy(),
+                                   rtol=1e-5 if dtype == "float32" else 1e-2, atol=1e-5)
+    # The switch chooses the kernel that computes dx: an Einsum only with "einsum".
+    ops = _op_types(fast_fn.get_concrete_function(x, kernel))
+    assert ("Einsum" in ops) == (dense_grad == "einsum"), sorted(ops)
