@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.alternating import (add_product_flags, distinct_operands,  # noqa: E402
+                                    time_alternating)
 from benchmarks.cli_types import positive_int  # noqa: E402
 
 
@@ -46,12 +47,7 @@ def main(argv=None):
                         help="attention heads (ELECTRA-small discriminator: 4). Default: 4")
     parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
     parser.add_argument("--head-size", type=positive_int, default=64, help="hs. Default: 64")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="operand dtype. Default: float32")
-    parser.add_argument("--reps", type=positive_int, default=16,
-                        help="products per timed call, on distinct inputs. Default: 16")
-    parser.add_argument("--calls", type=positive_int, default=7,
-                        help="timed calls per variant (after two untimed ones). Default: 7")
+    add_product_flags(parser, reps=16)
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -61,18 +57,15 @@ def main(argv=None):
     shapes = {"lh": [b, h, length, hs], "ll": [b, h, length, length]}
 
     def operands(key, salt):
-        return [tf.Variable(tf.cast(tf.random.stateless_normal(shapes[key], seed=[salt, i]), dtype))
-                for i in range(args.reps)]
+        return distinct_operands(shapes[key], dtype, args.reps, salt)
 
     flops = 2 * b * h * length * length * hs  # every product above
     # The dense reference: [b*L, hs*h] x [hs*h, n] with the same FLOP count (a projection-like
     # matmul as the block's dense layers run it).
     rows, inner = b * length, h * hs
     cols = max(1, flops // (2 * rows * inner))
-    dense_operands = [
-        (tf.Variable(tf.cast(tf.random.stateless_normal([rows, inner], seed=[9, i]), dtype)),
-         tf.Variable(tf.cast(tf.random.stateless_normal([inner, cols], seed=[10, i]), dtype)))
-        for i in range(args.reps)]
+    dense_operands = list(zip(distinct_operands([rows, inner], dtype, args.reps, 9),
+                              distinct_operands([inner, cols], dtype, args.reps, 10)))
     dense_flops = 2 * rows * inner * cols
 
     variants = {}
@@ -90,16 +83,8 @@ def main(argv=None):
 
     variants["dense reference"] = (tf.function(run_dense), dense_flops)
 
-    for function, _ in variants.values():
-        function()
-        function()
-    times = {name: [] for name in variants}
-    for _ in range(args.calls):
-        for name, (function, _) in variants.items():
-            start = time.perf_counter()
-            outputs = function()
-            _ = outputs[-1].numpy()  # the results exist (the call is synchronous on CPU anyway)
-            times[name].append(time.perf_counter() - start)
+    times = time_alternating({name: function for name, (function, _) in variants.items()},
+                             args.calls)
 
     print(f"tensorflow {tf.__version__}, {args.dtype}, batch {b}, heads {h}, L {length}, hs {hs}, "
           f"dense reference [{rows} x {inner}] x [{inner} x {cols}], load {os.getloadavg()[0]:.2f}")

@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.alternating import (add_product_flags, distinct_operands,  # noqa: E402
+                                    time_alternating)
 from benchmarks.cli_types import positive_int  # noqa: E402
 
 # ELECTRA-small (official sizes): name -> (in, out, layers) per dense product of one block.
@@ -51,12 +52,7 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=positive_int, default=32, help="batch size. Default: 32")
     parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
-    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="operand dtype. Default: float32")
-    parser.add_argument("--reps", type=positive_int, default=4,
-                        help="products per timed call, on distinct inputs. Default: 4")
-    parser.add_argument("--calls", type=positive_int, default=7,
-                        help="timed calls per variant (after two untimed ones). Default: 7")
+    add_product_flags(parser, reps=4)
     args = parser.parse_args(argv)
 
     import tensorflow as tf
@@ -65,8 +61,7 @@ def main(argv=None):
     dtype = tf.as_dtype(args.dtype)
 
     def operands(shape, salt):
-        return [tf.Variable(tf.cast(tf.random.stateless_normal(shape, seed=[salt, i]), dtype))
-                for i in range(args.reps)]
+        return distinct_operands(shape, dtype, args.reps, salt)
 
     variants = {}
     for index, (name, (fan_in, fan_out, _)) in enumerate(LAYERS.items()):
@@ -85,16 +80,7 @@ def main(argv=None):
         for form, run in products.items():
             variants[(name, form)] = tf.function(run)
 
-    for function in variants.values():
-        function()
-        function()
-    times = {key: [] for key in variants}
-    for _ in range(args.calls):
-        for key, function in variants.items():
-            start = time.perf_counter()
-            outputs = function()
-            _ = outputs[-1].numpy()
-            times[key].append(time.perf_counter() - start)
+    times = time_alternating(variants, args.calls)
 
     print(f"tensorflow {tf.__version__}, {args.dtype}, rows {rows} (batch {args.batch} x L "
           f"{args.seq_length}), load {os.getloadavg()[0]:.2f}")

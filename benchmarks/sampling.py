@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.alternating import time_alternating  # noqa: E402
 from benchmarks.cli_types import positive_int, positive_ints  # noqa: E402
 
 
@@ -51,14 +51,12 @@ def main(argv=None):
             with fused.kernel_options(sampling_rng=rng):  # read when the function is traced
                 functions[rng] = tf.function(lambda l, s: sampling.sample_ids(l, seeds=s))
                 functions[rng](logits, example_seeds).numpy()
-        times = {rng: [] for rng in functions}
-        for _ in range(args.calls):
-            for rng, function in functions.items():
-                start = time.perf_counter()
-                function(logits, example_seeds).numpy()
-                times[rng].append(1000 * (time.perf_counter() - start))
-        for rng, values in times.items():
-            values.sort()
+        calls = {rng: (lambda f=function: f(logits, example_seeds))
+                 for rng, function in functions.items()}
+        # warmup=0: each was called once above, under its own stream's option (read at tracing).
+        times = time_alternating(calls, args.calls, warmup=0)
+        for rng, seconds in times.items():
+            values = sorted(1000 * t for t in seconds)
             print(f"batch {batch:4d}  {rng:7s} median {values[len(values) // 2]:7.1f} ms  "
                   f"min {values[0]:7.1f} ms")
 
