@@ -42,13 +42,13 @@ The dense layers' input gradient, chosen by `DENSE_GRAD` (`matmul` below; the XL
 QKV, attention-output and FFN products): "matmul" is TensorFlow's own MatMul gradient, dx =
 matmul(dy, kernel, transpose_b=True); "einsum" computes the same product as
 `einsum("ij,kj->ik", dy, kernel)`. Same arithmetic, another oneDNN kernel: on a 2-core AMD EPYC
-the transposed-operand MatMul runs the FFN's [tokens, 1024] x [256, 1024]^T at ~150 GFLOP/s and
-the einsum at ~195 (the forward product's speed); see docs/benchmarks.md.
+the transposed-operand MatMul runs the FFN's [tokens, 1024] x [256, 1024]^T at ~156 GFLOP/s and
+the einsum at ~210 (the forward product's speed; `benchmarks/dense_grad.py`, docs/benchmarks.md).
 
 All four switches are read when a model is traced (`tf.function` / Keras call), so set them
 before building the training step (`configure`, the `kernel_options` context manager, or the
-ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / ELECTRA_TF_SAMPLING_RNG environment variables for a
-whole process). The
+ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / ELECTRA_TF_SAMPLING_RNG / ELECTRA_TF_DENSE_GRAD
+environment variables for a whole process). The
 clusters run in training calls only (`use_xla`): evaluation and exported models use the op-by-op
 kernels, so serving a SavedModel never needs the XLA JIT.
 
