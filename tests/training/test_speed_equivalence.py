@@ -514,3 +514,42 @@ def test_dense_matmul_value_and_gradients_are_tensorflows(dense_grad, dtype):
     # The switch chooses the kernel that computes dx: an Einsum only with "einsum".
     ops = _op_types(fast_fn.get_concrete_function(x, kernel))
     assert ("Einsum" in ops) == (dense_grad == "einsum"), sorted(ops)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind,rate", [("none", 0.0), ("hash", 0.3), ("philox", 0.3),
+                                       ("hash", 1.0)])
+def test_attention_probs_gradient_is_autodiffs_of_the_same_mask(kind, rate, dtype):
+    # The cluster's gradient reads the forward's output instead of the dropout mask; it must
+    # still be TensorFlow's gradient of dropout(softmax(scores + mask_bias)) with that mask.
+    shape = [2, 3, 5, 7]
+    scores = tf.cast(3 * tf.random.stateless_normal(shape, [1, 2]), dtype)
+    mask_bias = tf.constant([[0.0] * 7, [0.0] * 4 + [-10000.0] * 3])[:, None, None, :]
+    upstream = tf.cast(tf.random.stateless_normal(shape, [3, 4]), dtype)
+    seed = tf.constant([9, 2], tf.int32)
+    noise = {"none": None, "hash": fused.Noise(rate, "hash", seed),
+             "philox": fused.Noise(rate, "philox",
+                                   tf.random.stateless_uniform(shape, seed, dtype=dtype))}[kind]
+
+    def reference(s):  # op by op, float32 as the cluster, the same multiplier
+        probs = tf.nn.softmax(tf.cast(s, tf.float32) + mask_bias, axis=-1)
+        if noise is not None:
+            probs = probs * fused.dropout_scale(noise, shape, tf.float32)
+        return tf.cast(probs, dtype)
+
+    results = []
+    for function in (lambda s: fused.attention_probs(s, mask_bias, noise), reference):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            y = function(scores)
+        results.append([tf.cast(t, tf.float32).numpy() for t in
+                        (y, tape.gradient(y, scores, output_gradients=upstream))])
+    (fast_y, fast_g), (ref_y, ref_g) = results
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=0.02, atol=0.02)
+    np.testing.assert_allclose(fast_y, ref_y, **tolerance)
+    np.testing.assert_allclose(fast_g, ref_g, **tolerance)
+    dropped = ref_y == 0
+    if rate == 1.0:
+        assert dropped.all() and not fast_g.any()
+    elif rate:
+        assert dropped.any() and np.abs(ref_g).max() > 0.1  # the mask matters to the gradient
