@@ -403,11 +403,24 @@ def _split_heads_forward(qkv, bias, *, heads, scale):
 
 @_compiled
 def _split_heads_backward(d_query, d_key, d_value, *, scale):
-    d = tf.stack([tf.cast(d_query, tf.float32) * scale, tf.cast(d_key, tf.float32),
-                  tf.cast(d_value, tf.float32)])  # [3, B, heads, L, hs]
-    shape = tf.shape(d)
-    d = tf.reshape(tf.transpose(d, [1, 3, 0, 2, 4]), [shape[1], shape[3], -1])  # [B, L, 3H]
-    return tf.cast(d, d_query.dtype), _column_sum(d)
+    parts = [tf.cast(d_query, tf.float32) * scale, tf.cast(d_key, tf.float32),
+             tf.cast(d_value, tf.float32)]  # [B, heads, L, hs] each
+    if d_query.dtype != tf.float32:
+        d = tf.stack(parts)  # [3, B, heads, L, hs]
+        shape = tf.shape(d)
+        d = tf.reshape(tf.transpose(d, [1, 3, 0, 2, 4]), [shape[1], shape[3], -1])  # [B, L, 3H]
+        return tf.cast(d, d_query.dtype), _column_sum(d)
+    # float32: XLA's CPU backend writes a reduction's operand to memory unless it is an
+    # argument, so the column sum of the transposed [B, L, 3H] result above costs a second
+    # transposed copy. Here the result is one transposed write and the bias gradient is summed
+    # from the arguments in their head layout (the query scaled after the sum): ~20% faster on
+    # ELECTRA-small's discriminator. (In bfloat16 the float32 upcasts would be written either
+    # way, and the form above measured faster.)
+    shape = tf.shape(d_query)
+    d = tf.concat([tf.transpose(t, [0, 2, 1, 3]) for t in parts], 2)  # [B, L, 3 * heads, hs]
+    sums = [tf.reduce_sum(t, axis=[0, 2]) for t in (d_query, d_key, d_value)]  # [heads, hs]
+    return (tf.reshape(d, [shape[0], shape[2], -1]),
+            tf.reshape(tf.stack([sums[0] * scale] + sums[1:]), [-1]))
 
 
 def split_heads(qkv: tf.Tensor, bias: tf.Tensor, heads: int, scale: float):
