@@ -294,13 +294,25 @@ def _norm_forward(x, gamma, beta, epsilon):
 
 
 def _norm_backward(dy, normalized, rstd, gamma):
-    """Gradients of `_norm_forward` (float32): dx, dgamma, dbeta."""
-    reduce_axes = tf.range(tf.rank(dy) - 1)
-    d_gamma = tf.reduce_sum(dy * normalized, axis=reduce_axes)
-    d_beta = tf.reduce_sum(dy, axis=reduce_axes)
-    d_normalized = dy * gamma
-    dx = rstd * (d_normalized - tf.reduce_mean(d_normalized, axis=-1, keepdims=True)
-                 - normalized * tf.reduce_mean(d_normalized * normalized, axis=-1, keepdims=True))
+    """Gradients of `_norm_forward` (float32): dx, dgamma, dbeta.
+
+    dx = rstd * (dy * gamma - mean(dy * gamma) - normalized * mean(dy * gamma * normalized)),
+    means over the last axis. The two row means are computed as matrix-vector products with
+    gamma / width, which read dy and dy * normalized where they are: XLA's CPU backend writes a
+    reduction's operand to memory, so reducing dy * gamma and dy * gamma * normalized would
+    write two more tensors of dy's size (measured: the bias + dropout + residual + LayerNorm
+    gradient ~1.5x faster for ELECTRA-small's discriminator). dy * normalized is written once,
+    for dgamma and the second mean.
+    """
+    width = tf.shape(dy)[-1]
+    dy_rows = tf.reshape(dy, [-1, width])
+    dy_normalized = tf.reshape(dy * normalized, [-1, width])
+    d_gamma = tf.reduce_sum(dy_normalized, axis=0)
+    d_beta = tf.reduce_sum(dy_rows, axis=0)
+    gamma_mean = gamma[:, tf.newaxis] / tf.cast(width, gamma.dtype)  # [width, 1]
+    mean = tf.reshape(tf.matmul(dy_rows, gamma_mean), tf.shape(rstd))
+    mean_normalized = tf.reshape(tf.matmul(dy_normalized, gamma_mean), tf.shape(rstd))
+    dx = rstd * (dy * gamma - mean - normalized * mean_normalized)
     return dx, d_gamma, d_beta
 
 
