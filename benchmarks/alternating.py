@@ -22,6 +22,12 @@ def add_product_flags(parser: argparse.ArgumentParser, reps: int, calls: int = 7
                         help=f"timed calls per variant (after two untimed ones). Default: {calls}")
 
 
+def add_token_batch_flags(parser: argparse.ArgumentParser) -> None:
+    """--batch and --seq-length: the [batch, L] token batch whose shapes a benchmark uses."""
+    parser.add_argument("--batch", type=positive_int, default=32, help="batch size. Default: 32")
+    parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
+
+
 def distinct_operands(shape, dtype, reps: int, salt: int) -> list:
     """`reps` variables of `shape` and `dtype`, standard normal, seeded by (salt, index)."""
     import tensorflow as tf

@@ -23,8 +23,8 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, distinct_operands,  # noqa: E402
-                                    time_alternating)
+from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
+                                    distinct_operands, time_alternating)
 from benchmarks.cli_types import positive_int  # noqa: E402
 
 
@@ -42,10 +42,9 @@ PRODUCTS = {
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=positive_int, default=32, help="batch size. Default: 32")
+    add_token_batch_flags(parser)
     parser.add_argument("--heads", type=positive_int, default=4,
                         help="attention heads (ELECTRA-small discriminator: 4). Default: 4")
-    parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
     parser.add_argument("--head-size", type=positive_int, default=64, help="hs. Default: 64")
     add_product_flags(parser, reps=16)
     args = parser.parse_args(argv)

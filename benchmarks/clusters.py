@@ -25,9 +25,8 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, distinct_operands,  # noqa: E402
-                                    time_alternating)
-from benchmarks.cli_types import positive_int  # noqa: E402
+from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
+                                    distinct_operands, time_alternating)
 
 # ELECTRA-small (official sizes): encoder -> (hidden, heads, FFN, layers).
 ENCODERS = {"disc": (256, 4, 1024, 12), "gen": (64, 1, 256, 12)}
@@ -85,8 +84,7 @@ def _cases(tf, fused, batch, length, hidden, heads, ffn, dtype, reps, salt):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=positive_int, default=32, help="batch size. Default: 32")
-    parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
+    add_token_batch_flags(parser)
     add_product_flags(parser, reps=4)
     args = parser.parse_args(argv)
 

@@ -28,9 +28,8 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, distinct_operands,  # noqa: E402
-                                    time_alternating)
-from benchmarks.cli_types import positive_int  # noqa: E402
+from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
+                                    distinct_operands, time_alternating)
 
 # ELECTRA-small (official sizes): name -> (in, out, layers) per dense product of one block.
 # Discriminator hidden 256, FFN 1024, 12 layers; generator hidden 64, FFN 256, 12 layers.
@@ -50,8 +49,7 @@ FORMS = ("dx matmul", "dx einsum", "dW", "forward")
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=positive_int, default=32, help="batch size. Default: 32")
-    parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
+    add_token_batch_flags(parser)
     add_product_flags(parser, reps=4)
     args = parser.parse_args(argv)
 
