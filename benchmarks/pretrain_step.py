@@ -794,9 +794,11 @@ def build_parser():
                              "one compiled call per window). Default: 4")
     parser.add_argument("--windows", type=int, default=3,
                         help="timed windows per configuration; the median is reported. Default: 3")
-    parser.add_argument("--warmup", type=int, default=1,
+    parser.add_argument("--warmup", type=int, default=3,
                         help="untimed windows after the first call (which is timed separately: "
-                             "tracing / graph building + 1 step). Default: 1")
+                             "tracing / graph building + 1 step). PyTorch's step at batch 128 "
+                             "keeps speeding up over its first ~8 steps (one warm-up window of 2 "
+                             "steps overstated electra-tf's lead by 10%% on a Xeon). Default: 3")
     parser.add_argument("--no-peak", action="store_true",
                         help="skip the matmul-peak measurement (no MFU column)")
     parser.add_argument("--peak-frameworks", default="tensorflow,torch",
