@@ -30,6 +30,15 @@ def repo_root():
     return REPO_ROOT
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _child_tmpdir(tmp_path_factory):
+    """Child processes started with `subprocess_env` keep their temp files under pytest's
+    basetemp instead of /tmp (see `pretraining_fixtures.CHILD_TMPDIR`)."""
+    fx.CHILD_TMPDIR = str(tmp_path_factory.mktemp("child-tmp"))
+    yield
+    fx.CHILD_TMPDIR = None
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _module_graphs_released():
     """Frees each module's traced graphs when it ends: TensorFlow's custom-gradient registry would

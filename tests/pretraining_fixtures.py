@@ -150,13 +150,23 @@ def free_ports(count: int) -> List[int]:
             s.close()
 
 
+# Set by tests/conftest.py for the session: a directory under pytest's basetemp that children
+# use as TMPDIR. Many children are SIGKILLed on purpose, and TensorFlow removes its autograph
+# files (`__autograph_generated_file*.py`) only at a normal exit; in /tmp they would pile up by
+# the hundred per run, while pytest prunes its basetemp (the last 3 runs are kept).
+CHILD_TMPDIR: Optional[str] = None
+
+
 def subprocess_env(**extra) -> dict:
-    """Environment for a child Python: the repo importable, TF quiet, no hub access."""
+    """Environment for a child Python: the repo importable, TF quiet, no hub access, temp files
+    under the session's `CHILD_TMPDIR`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["HF_HUB_OFFLINE"] = "1"
     env.pop("TF_CONFIG", None)
+    if CHILD_TMPDIR:
+        env["TMPDIR"] = CHILD_TMPDIR
     env.update(extra)
     return env
 
