@@ -28,6 +28,17 @@ def add_token_batch_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-length", type=positive_int, default=128, help="L. Default: 128")
 
 
+def product_parser(doc: str, reps: int) -> argparse.ArgumentParser:
+    """The command line of a micro-benchmark of products at a token batch's shapes: the first
+    paragraph of `doc` (the script's docstring) as its description, --batch and --seq-length,
+    --dtype, --reps (default `reps`) and --calls. A script adds its own flags before parsing."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_token_batch_flags(parser)
+    add_product_flags(parser, reps=reps)
+    return parser
+
+
 def distinct_operands(shape, dtype, reps: int, salt: int) -> list:
     """`reps` variables of `shape` and `dtype`, standard normal, seeded by (salt, index)."""
     import tensorflow as tf

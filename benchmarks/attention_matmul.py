@@ -16,15 +16,14 @@ It answers one question of issue 19: would moving the attention products into an
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
-                                    distinct_operands, time_alternating)
+from benchmarks.alternating import (distinct_operands, product_parser,  # noqa: E402
+                                    time_alternating)
 from benchmarks.cli_types import positive_int  # noqa: E402
 
 
@@ -40,13 +39,10 @@ PRODUCTS = {
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_token_batch_flags(parser)
+    parser = product_parser(__doc__, reps=16)
     parser.add_argument("--heads", type=positive_int, default=4,
                         help="attention heads (ELECTRA-small discriminator: 4). Default: 4")
     parser.add_argument("--head-size", type=positive_int, default=64, help="hs. Default: 64")
-    add_product_flags(parser, reps=16)
     args = parser.parse_args(argv)
 
     import tensorflow as tf

@@ -18,15 +18,14 @@ the reduction, so the backward clusters that reduced products of their inputs ma
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
-                                    distinct_operands, time_alternating)
+from benchmarks.alternating import (distinct_operands, product_parser,  # noqa: E402
+                                    time_alternating)
 
 # ELECTRA-small (official sizes): encoder -> (hidden, heads, FFN, layers).
 ENCODERS = {"disc": (256, 4, 1024, 12), "gen": (64, 1, 256, 12)}
@@ -82,11 +81,7 @@ def _cases(tf, fused, batch, length, hidden, heads, ffn, dtype, reps, salt):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_token_batch_flags(parser)
-    add_product_flags(parser, reps=4)
-    args = parser.parse_args(argv)
+    args = product_parser(__doc__, reps=4).parse_args(argv)
 
     import tensorflow as tf
 

@@ -21,15 +21,14 @@ an einsum, on the CPU at hand?
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.alternating import (add_product_flags, add_token_batch_flags,  # noqa: E402
-                                    distinct_operands, time_alternating)
+from benchmarks.alternating import (distinct_operands, product_parser,  # noqa: E402
+                                    time_alternating)
 
 # ELECTRA-small (official sizes): name -> (in, out, layers) per dense product of one block.
 # Discriminator hidden 256, FFN 1024, 12 layers; generator hidden 64, FFN 256, 12 layers.
@@ -47,11 +46,7 @@ FORMS = ("dx matmul", "dx einsum", "dW", "forward")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_token_batch_flags(parser)
-    add_product_flags(parser, reps=4)
-    args = parser.parse_args(argv)
+    args = product_parser(__doc__, reps=4).parse_args(argv)
 
     import tensorflow as tf
 

@@ -1,11 +1,11 @@
-"""benchmarks/dense_grad.py and benchmarks/clusters.py: everything they time is reported, and bad
-flags fail in one line."""
+"""benchmarks/dense_grad.py and benchmarks/clusters.py: everything they time is reported; bad flags
+of every micro-benchmark of products (their parser is `alternating.product_parser`) fail."""
 
 import re
 
 import pytest
 
-from benchmarks import clusters, dense_grad
+from benchmarks import attention_matmul, clusters, dense_grad
 
 
 def test_dense_grad_reports_every_layer_and_form(capsys):
@@ -33,7 +33,8 @@ def test_clusters_reports_every_cluster_and_pass(capsys):
 
 @pytest.mark.parametrize("benchmark,flag", [
     (dense_grad, "--calls"), (dense_grad, "--reps"), (dense_grad, "--batch"),
-    (clusters, "--calls"), (clusters, "--reps"), (clusters, "--seq-length")])
+    (clusters, "--calls"), (clusters, "--reps"), (clusters, "--seq-length"),
+    (attention_matmul, "--batch"), (attention_matmul, "--heads")])
 def test_non_positive_counts_are_rejected(benchmark, flag, capsys):
     with pytest.raises(SystemExit) as exit_info:
         benchmark.main([flag, "0"])
