@@ -8,6 +8,7 @@ save interrupted between writing the checkpoint and updating the `checkpoint` st
 (the checkpoints are on disk, the state file does not list them).
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -70,6 +71,25 @@ def _kill_when(proc, model_dir, seen, what):
     return None
 
 
+def _kill_until_left(command, model_dir, seen, left, what, log_pattern=None):
+    """Starts `command` up to 4 times, SIGKILLing it when `seen(model_dir)` finds something, until
+    a kill leaves `left(model_dir)` non-empty; returns what `left` finds.
+
+    A kill can land just after the rename that ends the work, or the work can end between two
+    looks on a loaded machine: the command then runs again (a training run resumes, an export
+    replaces the last one atomically). stderr goes to `log_pattern.format(attempt)` if given.
+    """
+    for attempt in range(4):
+        with (open(log_pattern.format(attempt), "w") if log_pattern
+              else contextlib.nullcontext(subprocess.DEVNULL)) as stderr:
+            proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=stderr)
+            found = _kill_when(proc, model_dir, seen, what)
+        if found and left(model_dir):
+            return left(model_dir)
+    pytest.fail(f"none of 4 kills left a {what}'s leftovers behind")
+
+
 def _save_temps(model_dir):
     try:
         return [n for n in os.listdir(model_dir) if n.endswith("_temp")]
@@ -102,34 +122,18 @@ def test_sigkill_mid_save_and_mid_export_leftovers_are_removed_at_the_next_start
     hparams = fx.tiny_hparams(num_train_steps=40, iterations_per_loop=1, save_checkpoints_steps=1,
                               keep_checkpoint_max=0, vocab_size=60000, embedding_size=128)
     command = fx.run_pretraining_command(data_dir, "killed_saves", hparams)
-    temps = None
-    for _ in range(4):  # a kill can land just after the rename: try again (it resumes)
-        proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if _kill_when(proc, model_dir, _later_save_temps, "checkpoint save") and _save_temps(
-                model_dir):
-            temps = _save_temps(model_dir)
-            break
-    assert temps, "no kill landed inside a checkpoint save"
+    temps = _kill_until_left(command, model_dir, _later_save_temps, _save_temps, "checkpoint save")
     # The next start (an export run) removes them; killed in turn while TensorFlow writes the
     # SavedModel's staging directory.
     export = fx.run_pretraining_command(data_dir, "killed_saves", dict(
         hparams, do_train=False, do_export=True))
-    staging, first_log = None, os.path.join(data_dir, "export-0.log")
-    for attempt in range(4):  # the kill can land just after the staging directory's rename, or
-        # the export can end between two looks on a loaded machine: export again (an existing
-        # export is replaced atomically) until a kill lands inside the staging window.
-        with open(os.path.join(data_dir, f"export-{attempt}.log"), "w") as log:
-            proc = subprocess.Popen(export, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
-                                    stdout=subprocess.DEVNULL, stderr=log)
-            seen = _kill_when(proc, model_dir, _export_staging, "export staging directory")
-        if seen and _export_staging(model_dir):
-            staging = _export_staging(model_dir)
-            break
-    assert staging, "no kill landed inside an export (4 attempts)"
+    staging = _kill_until_left(export, model_dir, _export_staging, _export_staging,
+                               "export staging directory",
+                               log_pattern=os.path.join(data_dir, "export-{}.log"))
     assert _save_temps(model_dir) == []
     # The first start after the killed saves is the one that removed their leftovers.
-    removed = [line for line in open(first_log) if "leftover(s)" in line]
+    removed = [line for line in open(os.path.join(data_dir, "export-0.log"))
+               if "leftover(s)" in line]
     assert len(removed) == 1 and all(os.path.join(model_dir, name) in removed[0]
                                      for name in temps), removed
 
