@@ -244,6 +244,7 @@ def parse_kernel_variant(spec):
 
 
 def worker_electra_tf(args):
+    import electra_tf  # noqa: F401  (first: its oneDNN default is read when TensorFlow loads)
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
@@ -476,6 +477,7 @@ def worker_peak(args):
             times.append(time.perf_counter() - start)
         return 2.0 * m * k * n / statistics.median(times) / 1e9
 
+    import electra_tf  # noqa: F401  (TensorFlow's kernels as electra-tf runs them: onednn.py)
     import tensorflow as tf
 
     for dtype in DTYPES:
@@ -514,15 +516,17 @@ def run_worker(args):
 # ------------------------------------------------------------------------------------------------
 # Driver
 # ------------------------------------------------------------------------------------------------
+# The CPU flags that decide kernels and precision here (recorded with every run).
+RECORDED_CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16",
+                      "amx_tile")
+
+
 def machine_info():
-    cpu = "unknown"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            lines = f.read().splitlines()
-        cpu = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), cpu)
-        flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), [])
-    except OSError:
-        flags = []
+    from electra_tf import onednn, precision
+
+    cpu, flags = precision.read_cpu()
+    flags = flags or frozenset()
+    auto = precision.resolve("auto", precision.DeviceFacts("cpu", cpu, flags))
     mem_gb = None
     try:
         with open("/proc/meminfo", encoding="utf-8") as f:
@@ -532,6 +536,11 @@ def machine_info():
     return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem_gb,
             "amx": any(f.startswith("amx") for f in flags),
             "avx512": any(f.startswith("avx512") for f in flags),
+            "cpu_flags": [f for f in RECORDED_CPU_FLAGS if f in flags],
+            "auto_precision": {"policy": auto.policy, "reason": auto.reason},
+            # What electra-tf's TensorFlow workers run with (electra_tf/onednn.py).
+            "tf_enable_onednn_opts": os.environ.get(
+                onednn.ENV, "1" if onednn.wanted(flags) else "TensorFlow's default"),
             "python": platform.python_version(), "platform": platform.platform(),
             "load_average_start": os.getloadavg()}
 
@@ -858,7 +867,9 @@ def main(argv=None):
         args.data_dir = write_dataset(temp_dir)
     info = machine_info()
     print(f"machine: {info['nproc']} cores, {info['cpu']}, {info['memory_gib']:.1f} GiB, "
-          f"load {info['load_average_start'][0]:.2f}", flush=True)
+          f"load {info['load_average_start'][0]:.2f}; flags {' '.join(info['cpu_flags'])}; "
+          f"TF_ENABLE_ONEDNN_OPTS {info['tf_enable_onednn_opts']}; auto precision "
+          f"{info['auto_precision']['policy']}", flush=True)
     try:
         peak = None
         peak_result = None
@@ -903,6 +914,9 @@ def main(argv=None):
                 print_profile(row["profile"], row["profile"]["steps"])
         print()
         print_table(rows, peak)
+        print(f"cpu: {info['cpu']}; flags {' '.join(info['cpu_flags']) or '-'}; "
+              f"TF_ENABLE_ONEDNN_OPTS {info['tf_enable_onednn_opts']}; auto precision "
+              f"{info['auto_precision']['policy']} ({info['auto_precision']['reason']})")
         compare = ratios(rows)
         for key, value in sorted(compare.items()):
             print(f"electra-tf vs {key}: {value['speedup']:.2f}x seq/s, "

@@ -28,7 +28,8 @@ from electra_tf.errors import ElectraError, is_utf8_path, shown_path
 MODEL_SIZES = ("small", "base", "large")
 MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
+PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
 # TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
 # call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
@@ -213,7 +214,10 @@ class PretrainingConfig:
     skip_bad_records: bool = False
     seed: int = 0  # every random draw (init, masking, sampling, dropout, data order) derives from it
     strategy: str = "auto"  # auto | one_device | mirrored | multi_worker | tpu
-    mixed_precision: str = "float32"  # float32 | mixed_bfloat16 | mixed_float16 (with loss scaling)
+    # auto (bf16 where the device multiplies it natively: TPU, GPU >= 8.0, CPU with AMX or
+    # AVX512_BF16; float16 + loss scaling on older GPUs; else float32) | float32 |
+    # mixed_bfloat16 | mixed_float16 (with loss scaling)
+    mixed_precision: str = "auto"
     jit_compile: bool = False  # XLA-compile the forward/backward computation
     # Ops TensorFlow may run at once: None = 1 on a single-device CPU run (each op already uses
     # every core; 2.2x faster on 2 cores), else TensorFlow's default; 0 = TensorFlow's default.
@@ -258,6 +262,10 @@ class PretrainingConfig:
     vocab_file: Optional[str] = None
     model_dir: Optional[str] = None
 
+    # --- Recorded by the run, not settable by --hparams (RUN_RECORDED) ---
+    resolved_mixed_precision: Optional[str] = None  # the policy mixed_precision gave on this device
+    resolved_mixed_precision_reason: Optional[str] = None  # why: what "auto" saw, or "set explicitly"
+
     # ------------------------------------------------------------------------------------------
     @classmethod
     def create(cls, model_name: str, data_dir: str,
@@ -277,6 +285,10 @@ class PretrainingConfig:
         for key in ("model_name", "data_dir"):
             if key in user:
                 raise ConfigError(f"hparam {key!r} is set by the command line, not by --hparams")
+        for key in RUN_RECORDED:
+            if key in user:
+                raise ConfigError(f"{key!r} is recorded by the run (what mixed_precision resolved "
+                                  "to), not an hparam: set mixed_precision")
         user = _known(user)
         check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
@@ -320,6 +332,9 @@ class PretrainingConfig:
              f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         need(self.mixed_precision in PRECISIONS,
              f"mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        need(self.resolved_mixed_precision in (None,) + PRECISIONS[1:],
+             f"resolved_mixed_precision must be one of {', '.join(PRECISIONS[1:])}, got "
+             f"{self.resolved_mixed_precision!r}")
         need(self.optimizer in OPTIMIZERS,
              f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         need(not self.electric_objective and not self.two_tower_generator,
@@ -418,8 +433,9 @@ class PretrainingConfig:
     def from_dict(cls, d: Mapping[str, Any]) -> "PretrainingConfig":
         """Rebuilds a resolved config (e.g. a saved config.json) without re-applying presets."""
         paths = {k: d[k] for k in ("model_name", "data_dir") if k in d}
-        hparams = _known({k: v for k, v in d.items() if k not in paths})
-        config = cls(**paths, **{k: _coerce(k, v) for k, v in hparams.items()})
+        recorded = {k: _coerce(k, d[k]) for k in RUN_RECORDED if k in d}
+        hparams = _known({k: v for k, v in d.items() if k not in paths and k not in recorded})
+        config = cls(**paths, **recorded, **{k: _coerce(k, v) for k, v in hparams.items()})
         config.validate()
         return config
 
@@ -432,8 +448,10 @@ class PretrainingConfig:
                 raise ConfigError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
 
 
+# Written by the run into config.json (what the device made of an "auto"), never by the user.
+RUN_RECORDED = ("resolved_mixed_precision", "resolved_mixed_precision_reason")
 HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(PretrainingConfig)
-                     if f.name not in ("model_name", "data_dir"))
+                     if f.name not in ("model_name", "data_dir") + RUN_RECORDED)
 # Official hparams without an effect here (TPUEstimator settings; the strategy comes from
 # `strategy` / `tpu_name`): accepted, so official hparam files and config.json files written
 # before they were dropped still load, then discarded.

@@ -77,7 +77,8 @@ class Settings:
 
 
 # About 80-90 minutes on the 2-core CPU (TensorFlow running one op at a time, the trainer's CPU
-# default). Measured for this size (bf16, batch 32, seq 128) on a quiet machine: ELECTRA ~95-105
+# default). Precision "auto": bf16 on a CPU with AMX or AVX512_BF16, float32 elsewhere (docs/
+# experiments.md's results were measured in bf16). Measured for this size (bf16, batch 32, seq 128) on a quiet machine: ELECTRA ~95-105
 # sequences/s (~3 steps/s), MLM ~105; pretraining ~1 s per ELECTRA step of budget over the three
 # objectives (~50 min), fine-tuning ~20 min (4 models x 2 tasks x 3 seeds, plus 3 objectives x 2
 # checkpoints x 2 seeds on BBC News).
@@ -87,7 +88,7 @@ FULL = Settings(
            "intermediate_size": 512},
     embedding_size=128, max_seq_length=128, train_batch_size=32, electra_steps=3000,
     checkpoint_fractions=(1 / 3, 2 / 3, 1.0), learning_rate=5e-4, warmup_fraction=0.1,
-    mixed_precision="mixed_bfloat16", seeds=3, curve_seeds=2, curve_tasks=("bbc_news",),
+    mixed_precision="auto", seeds=3, curve_seeds=2, curve_tasks=("bbc_news",),
     finetune={"bbc_news": {"max_seq_length": 128, "num_train_epochs": 3.0, "max_train_examples": None},
               "pang_lee": {"max_seq_length": 64, "num_train_epochs": 10.0, "max_train_examples": None}},
 )

@@ -47,6 +47,18 @@ def auc(probs, labels) -> float:
     return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def _trained_precision(config) -> str:
+    """The policy electra-tf's run trained in (recorded in its config.json), for the peer to
+    repeat; before that run exists, what "auto" gives on this machine."""
+    from electra_tf import precision
+    from electra_tf.config import PretrainingConfig
+
+    path = os.path.join(config.model_dir, "config.json")
+    if os.path.exists(path):
+        return PretrainingConfig.load(path).resolved_mixed_precision or config.mixed_precision
+    return precision.choose(config.mixed_precision).policy
+
+
 def run(work_dir: str, steps: int, every: int, seed: int) -> dict:
     import numpy as np
     import torch
@@ -67,13 +79,14 @@ def run(work_dir: str, steps: int, every: int, seed: int) -> dict:
     sizes = lambda c: {k: getattr(c, k) for k in (  # noqa: E731
         "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")}
     vocab = load_vocab(config.vocab_file)
+    policy = _trained_precision(config)
     peer = TorchElectra(sizes(disc), sizes(gen), vocab_size=config.vocab_size,
                         embedding_size=disc.embedding_size, special=vocab.special._asdict(),
                         max_predictions=config.max_predictions_per_seq,
                         learning_rate=config.learning_rate,
                         num_warmup_steps=config.num_warmup_steps,
                         num_train_steps=config.num_train_steps,
-                        dtype="bfloat16" if config.mixed_precision == "mixed_bfloat16" else "float32",
+                        dtype="bfloat16" if policy == "mixed_bfloat16" else "float32",
                         mask_prob=config.mask_prob, disc_weight=config.disc_weight, seed=seed)
     dataset = pipeline.make_dataset(config.pretrain_tfrecords, batch_size=config.train_batch_size,
                                     max_seq_length=config.max_seq_length, is_training=True,
@@ -103,7 +116,7 @@ def run(work_dir: str, steps: int, every: int, seed: int) -> dict:
                          "batch": config.train_batch_size, "learning_rate": config.learning_rate,
                          "num_warmup_steps": config.num_warmup_steps,
                          "num_train_steps": config.num_train_steps,
-                         "mixed_precision": config.mixed_precision, "seed": seed},
+                         "mixed_precision": policy, "seed": seed},
             "torch": curve,
             "electra_tf": [{"step": p["step"], **{t: ours.get(t, {}).get(p["step"]) for t in TAGS}}
                            for p in curve],

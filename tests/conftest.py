@@ -10,6 +10,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # reference libraries must never reach a hub
 
 import pytest  # noqa: E402
+
+import electra_tf  # noqa: E402,F401  (before TensorFlow: its oneDNN default, electra_tf/onednn.py)
 import tensorflow as tf  # noqa: E402
 
 _cpus = tf.config.list_physical_devices("CPU")
@@ -37,6 +39,26 @@ def _child_tmpdir(tmp_path_factory):
     fx.CHILD_TMPDIR = str(tmp_path_factory.mktemp("child-tmp"))
     yield
     fx.CHILD_TMPDIR = None
+
+
+@pytest.fixture(autouse=True)
+def _auto_precision_is_float32(monkeypatch):
+    """`mixed_precision: "auto"` (the default) resolves to float32 in-process on every CI
+    machine: the CPU's facts are read as they are, less its native-bf16 flags (AMX,
+    AVX512_BF16), so a test's numbers do not depend on which CPU kind ran it. The tests of
+    auto itself (tests/test_precision.py) inject the facts they need."""
+    from electra_tf import precision
+
+    real = precision.detect
+
+    def without_native_bf16(strategy=None, cpu_info=precision.CPU_INFO):
+        facts = real(strategy, cpu_info)
+        if facts.kind != "cpu" or facts.cpu_flags is None:
+            return facts
+        return precision.DeviceFacts(
+            "cpu", facts.name, facts.cpu_flags - set(precision.NATIVE_BF16_CPU_FLAGS))
+
+    monkeypatch.setattr(precision, "detect", without_native_bf16)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -37,6 +37,9 @@ TINY_HPARAMS = {
     "embedding_size": 32,
     "model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
     "do_export": False,
+    # Pinned: "auto" (the default) would give bf16 on a CI machine with AMX or AVX512_BF16 and
+    # float32 elsewhere; tests compare runs and references in float32 on every machine.
+    "mixed_precision": "float32",
 }
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 

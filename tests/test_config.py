@@ -103,7 +103,7 @@ def test_untied_generator_embeddings_use_generator_width():
     ({"electric_objective": True}, "not supported"),
     ({"do_train": False, "do_eval": False, "do_export": False}, "nothing to do"),
     ({"strategy": "horovod"}, "strategy must be one of auto, one_device, mirrored, multi_worker, tpu"),
-    ({"mixed_precision": "fp8"}, "mixed_precision must be one of float32, mixed_bfloat16, mixed_float16"),
+    ({"mixed_precision": "fp8"}, "mixed_precision must be one of auto, float32, mixed_bfloat16, mixed_float16"),
     ({"optimizer": "sgd"}, "optimizer must be one of adamw, lamb"),
     ({"model_hparam_overrides": {"hiden_size": 3}}, "unknown key(s) in model_hparam_overrides: hiden_size"),
     ({"model_hparam_overrides": {"hidden_size": 100, "num_attention_heads": 3}}, "not a multiple"),

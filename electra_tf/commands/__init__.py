@@ -17,8 +17,11 @@ the flags are parsed and logging is set up (`electra_tf.console`).
 import textwrap
 
 
-def hparams_epilog(intro: str, names, statuses: str) -> str:
-    """The `--help` epilog: the hparam names (wrapped) under `intro`, then the exit statuses."""
+def hparams_epilog(intro: str, names, statuses: str, notes: str = "") -> str:
+    """The `--help` epilog: the hparam names (wrapped) under `intro`, then `notes` (paragraphs
+    about particular hparams, wrapped), then the exit statuses."""
+    wrapped = "".join("\n\n" + textwrap.fill(paragraph, width=96)
+                      for paragraph in notes.split("\n\n") if paragraph.strip())
     return (f"{intro}:\n" + textwrap.fill(", ".join(names), width=96, initial_indent="  ",
                                          subsequent_indent="  ")
-            + f"\n\nexit status: {statuses}")
+            + wrapped + f"\n\nexit status: {statuses}")

@@ -27,6 +27,7 @@ from electra_tf import console
 from electra_tf.cli import run_cli
 from electra_tf.commands import hparams_epilog
 from electra_tf.finetuning.config import HPARAM_NAMES
+from electra_tf.precision import AUTO_HELP
 
 PROG = "electra-finetune"
 
@@ -35,7 +36,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     epilog = hparams_epilog(
         "hparams (official configure_finetuning.py names plus electra-tf additions; see "
         "docs/finetuning.md; an unknown key is an error)", HPARAM_NAMES,
-        "0 done, 2 bad input (one line on stderr), 130 interrupted.")
+        "0 done, 2 bad input (one line on stderr), 130 interrupted.", AUTO_HELP)
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("electra-finetune", prog),
                                      epilog=epilog,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -25,6 +25,7 @@ from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
 from electra_tf.commands import hparams_epilog
 from electra_tf.config import HPARAM_NAMES
+from electra_tf.precision import AUTO_HELP
 
 PROG = "electra-pretrain"
 
@@ -35,7 +36,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "docs/config.md; an unknown key is an error)", HPARAM_NAMES,
         f"0 done, 2 bad input (one line on stderr), {EXIT_PREEMPTED} stopped by SIGTERM after "
         "saving a checkpoint (rerun the same command to resume), 130 interrupted (the latest "
-        "checkpoint is kept).")
+        "checkpoint is kept).", AUTO_HELP)
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__.replace("electra-pretrain", prog), epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter)

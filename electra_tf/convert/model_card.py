@@ -25,6 +25,15 @@ def _read_manifest(model_dir: str) -> Optional[dict]:
         return None
 
 
+def _precision(config) -> str:
+    """The precision setting, and what it resolved to on the training device when recorded."""
+    resolved = config.resolved_mixed_precision
+    if resolved is None or resolved == config.mixed_precision:
+        return config.mixed_precision if resolved is None else (
+            f"{resolved} ({config.resolved_mixed_precision_reason})")
+    return f"{config.mixed_precision}: {resolved} ({config.resolved_mixed_precision_reason})"
+
+
 def _read_eval(model_dir: str) -> dict:
     results = {}
     try:
@@ -88,7 +97,7 @@ def model_card(part: str, architecture: str, hf_config: Mapping, loaded, model_d
         ("train_batch_size", config.train_batch_size), ("learning_rate", config.learning_rate),
         ("optimizer", config.optimizer), ("mask_prob", config.mask_prob),
         ("generator_hidden_size", config.generator_hidden_size),
-        ("disc_weight", config.disc_weight), ("mixed_precision", config.mixed_precision),
+        ("disc_weight", config.disc_weight), ("mixed_precision", _precision(config)),
         ("seed", config.seed)])
     results = _read_eval(model_dir)
     metrics = (_table(sorted(results.items())) if results else

@@ -40,7 +40,9 @@ from electra_tf.training import run_dir
 logger = logging.getLogger("electra_tf")
 
 MODEL_SIZES = ("small", "base", "large")
-PRECISIONS = ("float32", "mixed_bfloat16")
+# Fine-tuning has no loss scaling, so no mixed_float16; "auto" picks bf16 where the device
+# multiplies it natively, else float32 (electra_tf.precision).
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 
 # Official configure_finetuning.py: per-size learning-rate settings applied after the hparams.
 SIZE_PRESETS = {
@@ -126,7 +128,7 @@ class FinetuningConfig:
     seed: int = 0  # trial t uses seed + t (init of the head, dropout, data order)
     random_init: bool = False  # ignore init_checkpoint: train from random weights (a floor)
     strip_accents: Optional[bool] = None  # None: as the pretrained model (else True)
-    mixed_precision: str = "float32"  # float32 | mixed_bfloat16
+    mixed_precision: str = "auto"  # auto (bf16 where native, else float32) | float32 | mixed_bfloat16
     log_steps: int = 100  # log the training loss every this many steps
     do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
     skip_bad_answers: bool = False  # QA train: skip (official) instead of refusing bad answers

@@ -37,11 +37,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import atomic
+from electra_tf import atomic, precision
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.errors import ElectraError
 from electra_tf.finetuning import metrics as metrics_lib
-from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.config import PRECISIONS, FinetuningConfig
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
@@ -325,7 +325,8 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     """Fine-tunes and evaluates as the config says (see module docstring).
 
     Returns:
-        The results dict written to `results_json`: "config", "init", "data", "trials" (per-trial
+        The results dict written to `results_json`: "config", "init", "data", "precision" (the
+        policy `mixed_precision` resolved to and why), "trials" (per-trial
         metrics, steps, seconds, export path, files), "summary" ({task: {split: {metric: {mean,
         std}}}}).
 
@@ -371,7 +372,9 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         "summary": {},
     }
     results_dir = os.path.dirname(config.results_json)
-    keras.mixed_precision.set_global_policy(config.mixed_precision)
+    choice = precision.choose(config.mixed_precision, allowed=PRECISIONS[1:])
+    results["precision"] = {"policy": choice.policy, "reason": choice.reason}
+    keras.mixed_precision.set_global_policy(choice.policy)
     try:
         for trial in range(1, config.num_trials + 1):
             # The trial's traced graphs go with its model (graph_leaks: TensorFlow's

@@ -103,6 +103,7 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
                 raise TrainingError(
                     f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
                     "Use the run's hparams, another --model-name, or --overwrite to start afresh")
+        _note_precision_change(previous, config)
         if os.path.exists(saved_vocab) and file_sha256(saved_vocab) != vocab_sha256:
             raise TrainingError(
                 f"{config.model_dir} was trained with the vocab saved as {saved_vocab}, which "
@@ -112,6 +113,16 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
         config.save(config_path)
         if not os.path.exists(saved_vocab):
             atomic.copy_file(vocab_path, saved_vocab)
+
+
+def _note_precision_change(previous: PretrainingConfig, config: PretrainingConfig) -> None:
+    """Warns when a resumed run continues in another precision (e.g. "auto" on another kind of
+    machine): the weights carry over (they are float32 under every policy), but the losses no
+    longer repeat an uninterrupted run's."""
+    old, new = previous.resolved_mixed_precision, config.resolved_mixed_precision
+    if old and new and old != new:
+        logger.warning("%s was trained in %s until now; it continues in %s (%s)",
+                       config.model_dir, old, new, config.resolved_mixed_precision_reason)
 
 
 def _unreadable_config(model_dir: str, error: Exception) -> str:

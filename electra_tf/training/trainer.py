@@ -2,11 +2,12 @@
 
 The order, as the official `train_or_eval`:
 
-1. Set up (`Trainer.__init__`): strategy (before any other op), vocab and dataset checks, then
-   the run directory (`run_dir.prepare`: config.json written before step 0; an incompatible
-   existing run is an error; `overwrite` deletes a previous run only after the checks pass),
-   precision policy, the model, optimizer and metrics under the strategy scope, and the start:
-   the latest checkpoint, imported weights, or step 0 (`checkpointing`).
+1. Set up (`Trainer.__init__`): strategy (before any other op), the precision ("auto"
+   resolved for this device: `electra_tf.precision`), vocab and dataset checks, then the run
+   directory (`run_dir.prepare`: config.json written before step 0; an incompatible existing run
+   is an error; `overwrite` deletes a previous run only after the checks pass), the model,
+   optimizer and metrics under the strategy scope, and the start: the latest checkpoint,
+   imported weights, or step 0 (`checkpointing`).
 2. Train (`Trainer.train`): run a compiled chunk of `iterations_per_loop` steps
    (`train_step`), summarize it (TensorBoard and a console line, chief only: `summaries`),
    save a checkpoint every `save_checkpoints_steps` and at the end. A non-finite loss stops the
@@ -20,6 +21,7 @@ checkpoint holds and `inputs` for how each worker's data position is saved.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -29,6 +31,7 @@ from typing import Dict, Optional
 import keras
 import tensorflow as tf
 
+from electra_tf import precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
@@ -68,6 +71,11 @@ class Trainer:
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,
                                                  config.gcp_project, config.inter_op_threads)
         self.chief = is_chief(self.strategy)
+        # "auto" becomes this device's precision here; config.json records the outcome.
+        self.precision = precision.choose(config.mixed_precision, self.strategy)
+        self.config = config = dataclasses.replace(
+            config, resolved_mixed_precision=self.precision.policy,
+            resolved_mixed_precision_reason=self.precision.reason)
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = inputs.check_datasets(config, self.vocab)
@@ -138,14 +146,14 @@ class Trainer:
 
     def _build(self) -> None:
         config = self.config
-        keras.mixed_precision.set_global_policy(config.mixed_precision)
+        keras.mixed_precision.set_global_policy(self.precision.policy)
         keras.utils.set_random_seed(config.seed)  # weight init and dropout
         with self.strategy.scope():
             self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
                                                                    self.vocab.tokens)
             self.model.build_from_sequence_length()
             self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
-            if config.mixed_precision == "mixed_float16":
+            if self.precision.policy == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
             self.metrics = PretrainingMetrics(electra_objective=config.electra_objective,

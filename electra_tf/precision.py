@@ -1,0 +1,254 @@
+"""`mixed_precision: "auto"`: the fastest correct precision for the device a run meets.
+
+bfloat16 halves the matmuls' memory traffic and, where the hardware multiplies bf16 natively,
+doubles (AVX512_BF16) or multiplies many times over (AMX, tensor cores, TPU MXUs) their speed.
+Where it does not, TensorFlow emulates it: on an AMD EPYC Zen 3 (AVX2 + FMA, no AVX-512)
+every bf16 MatMul ran in Eigen's scalar `TensorContraction<bfloat16>` and ELECTRA-small
+pretraining at batch 32 ran at 1.0 sequences/s against 7.3 in float32 (issue 30). So one
+command line must not mean one precision on every machine: `auto` decides per device.
+
+The decision table (`resolve`, a pure function of the requested policy and the `DeviceFacts`):
+
+| device                                         | auto picks                                        |
+|------------------------------------------------|---------------------------------------------------|
+| TPU                                            | mixed_bfloat16 (the MXU multiplies bf16)          |
+| GPU, compute capability >= 8.0 (A100, H100...) | mixed_bfloat16                                    |
+| GPU, compute capability < 8.0 (V100, T4...)    | mixed_float16 with dynamic loss scaling (float32  |
+|                                                | where the caller has no loss scaling)             |
+| CPU with AMX (amx_bf16) or AVX512_BF16         | mixed_bfloat16 (oneDNN's native bf16 kernels)     |
+| any other CPU, or CPU flags unreadable         | float32                                           |
+
+An explicit policy is always honoured; on a device without native support for it a warning
+says so once per process (`warn_if_slow`), naming the device and the measured slowdown.
+
+`detect` reads the facts of the device TensorFlow will run on: a TPU strategy, else the GPUs
+TensorFlow sees (the lowest compute capability among them: every replica runs the same
+policy), else the CPU's flags from /proc/cpuinfo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterable, Optional, Tuple
+
+logger = logging.getLogger("electra_tf")
+
+AUTO = "auto"
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+CPU_INFO = "/proc/cpuinfo"
+# The CPU flags (as Linux names them in /proc/cpuinfo) under which oneDNN multiplies bf16
+# natively: AMX tiles (Sapphire Rapids and later) or AVX512_BF16 (Cooper Lake, Zen 4 and later).
+NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+# Tensor cores multiply bf16 from Ampere (compute capability 8.0) on.
+MIN_BF16_COMPUTE_CAPABILITY = (8, 0)
+# What the emulation costs, as measured (issue 30; docs/benchmarks.md): quoted in the warnings.
+EMULATED_BF16_SLOWDOWN = ("~7x slower than float32 (ELECTRA-small pretraining at batch 32 on an "
+                          "AMD EPYC Zen 3: 1.0 against 7.3 sequences/s)")
+
+
+# The tools' `--help` paragraph on the mixed_precision hparam.
+AUTO_HELP = ('mixed_precision "auto" (the default) picks the fastest correct precision for the '
+             "device and prints it at start (config.json records it): mixed_bfloat16 on a TPU, "
+             "a GPU of compute capability 8.0 or more, or a CPU with AMX or AVX512_BF16 (read "
+             "from /proc/cpuinfo); mixed_float16 with dynamic loss scaling on older GPUs "
+             "(pretraining; fine-tuning takes float32 there); float32 on any other CPU, where "
+             "bf16 is emulated (~7x slower). An explicit float32, mixed_bfloat16 or "
+             "mixed_float16 is always used as given, with a warning where the device emulates it.")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceFacts:
+    """What the precision decision needs to know of the device a run trains on.
+
+    Attributes:
+        kind: str. "cpu", "gpu" or "tpu".
+        name: str. The device's name as shown to the user ("AMD EPYC", "NVIDIA H100 80GB HBM3").
+        cpu_flags: frozenset of str. The CPU's feature flags (Linux names); None if unreadable.
+        compute_capability: (major, minor) of the GPU (the lowest of several), else None.
+    """
+
+    kind: str
+    name: str
+    cpu_flags: Optional[frozenset] = None
+    compute_capability: Optional[Tuple[int, int]] = None
+
+    def __post_init__(self):
+        if self.kind not in ("cpu", "gpu", "tpu"):
+            raise ValueError(f"device kind must be cpu, gpu or tpu, got {self.kind!r}")
+
+    def describe(self) -> str:
+        """The device in a few words, for the decision's reason and warnings."""
+        if self.kind == "gpu" and self.compute_capability is not None:
+            major, minor = self.compute_capability
+            return f"GPU {self.name} (compute capability {major}.{minor})"
+        return f"{self.kind.upper()} {self.name}".strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionChoice:
+    """The policy a run uses, and why.
+
+    Attributes:
+        requested: str. The `mixed_precision` setting ("auto" or a policy).
+        policy: str. The Keras dtype policy to set ("float32", "mixed_bfloat16", ...).
+        reason: str. One clause saying why (what auto saw, or "set explicitly").
+        slow: str or None. Why the policy is slow on this device (an explicit policy the device
+            lacks native support for), else None.
+    """
+
+    requested: str
+    policy: str
+    reason: str
+    slow: Optional[str] = None
+
+    def line(self) -> str:
+        """The one line printed at the start of a run."""
+        return f"precision: {self.policy} ({self.reason})"
+
+
+def native_bf16(facts: DeviceFacts) -> Tuple[bool, str]:
+    """Whether the device multiplies bf16 natively, and the fact that decides it.
+
+    Returns:
+        (native, because): `because` is a clause naming the flag or capability seen.
+    """
+    if facts.kind == "tpu":
+        return True, "TPUs multiply bf16 natively"
+    if facts.kind == "gpu":
+        if facts.compute_capability is None:
+            return False, f"{facts.describe()} reports no compute capability"
+        native = tuple(facts.compute_capability) >= MIN_BF16_COMPUTE_CAPABILITY
+        return native, (f"{facts.describe()} {'has' if native else 'lacks'} native bf16 "
+                        f"(compute capability 8.0 and above)")
+    if facts.cpu_flags is None:
+        return False, f"{facts.describe()}: CPU flags unreadable, native bf16 unknown"
+    seen = [flag for flag in NATIVE_BF16_CPU_FLAGS if flag in facts.cpu_flags]
+    if seen:
+        return True, f"{facts.describe()} has {seen[0].upper()}: native bf16 matmuls"
+    return False, (f"{facts.describe()} has no AVX512_BF16 or AMX: bf16 matmuls would be "
+                   f"emulated, {EMULATED_BF16_SLOWDOWN}")
+
+
+def resolve(requested: str, facts: DeviceFacts,
+            allowed: Iterable[str] = POLICIES) -> PrecisionChoice:
+    """Turns the `mixed_precision` setting into the policy to use on `facts`' device.
+
+    Args:
+        requested: "auto" or one of `allowed`.
+        facts: the device (see `detect`).
+        allowed: the policies the caller can run (fine-tuning has no loss scaling, so no
+            mixed_float16): auto never picks another.
+
+    Returns:
+        A PrecisionChoice; `slow` is set when an explicit policy is emulated on this device.
+
+    Raises:
+        ValueError: `requested` is neither "auto" nor an allowed policy.
+    """
+    allowed = tuple(allowed)
+    if requested != AUTO and requested not in allowed:
+        raise ValueError(f"mixed_precision must be one of {', '.join((AUTO,) + allowed)}, "
+                         f"got {requested!r}")
+    native, because = native_bf16(facts)
+    if requested != AUTO:
+        return PrecisionChoice(requested, requested, "set explicitly",
+                               _slow_reason(requested, facts, native, because))
+    if native and "mixed_bfloat16" in allowed:
+        return PrecisionChoice(AUTO, "mixed_bfloat16", f"auto: {because}")
+    if facts.kind == "gpu" and facts.compute_capability is not None:
+        if "mixed_float16" in allowed:
+            return PrecisionChoice(AUTO, "mixed_float16",
+                                   f"auto: {because}; float16 with dynamic loss scaling")
+        return PrecisionChoice(AUTO, "float32", f"auto: {because}; float16 needs loss scaling, "
+                                                "which this tool does not do")
+    return PrecisionChoice(AUTO, "float32", f"auto: {because}")
+
+
+def _slow_reason(policy: str, facts: DeviceFacts, native: bool, because: str) -> Optional[str]:
+    if policy == "mixed_bfloat16" and not native:
+        return because
+    if policy == "mixed_float16" and facts.kind in ("cpu", "tpu"):
+        return (f"{facts.describe()} has no fast float16 matmuls (float16 is a GPU format; "
+                f"TensorFlow emulates it here)")
+    return None
+
+
+_warned = set()
+
+
+def warn_if_slow(choice: PrecisionChoice) -> bool:
+    """Logs one warning per process and (policy, reason) when `choice` is emulated here.
+
+    Returns:
+        True if a warning was logged by this call.
+    """
+    if choice.slow is None or (choice.policy, choice.slow) in _warned:
+        return False
+    _warned.add((choice.policy, choice.slow))
+    logger.warning("mixed_precision %s runs, but slowly: %s; \"mixed_precision\": \"auto\" picks "
+                   "the fastest precision for this device", choice.policy, choice.slow)
+    return True
+
+
+# --- Reading the device -----------------------------------------------------------------------
+def read_cpu(path: str = CPU_INFO) -> Tuple[str, Optional[frozenset]]:
+    """The CPU's model name and flags from a Linux /proc/cpuinfo (its first processor).
+
+    Returns:
+        (name, flags): flags is None when the file is missing or lists none (not Linux, or an
+        architecture that names them otherwise): native bf16 is then taken as absent.
+    """
+    name, flags = "", None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not name:
+                    name = " ".join(value.split())
+                elif key == "flags" and flags is None:
+                    flags = frozenset(value.split())
+                if not line.strip() and (name or flags):
+                    break  # the first processor's block is enough
+    except OSError:
+        pass
+    return name or _platform_cpu_name(), flags
+
+
+def _platform_cpu_name() -> str:
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def detect(strategy=None, cpu_info: str = CPU_INFO) -> DeviceFacts:
+    """The facts of the device TensorFlow trains on (see the module docstring).
+
+    Args:
+        strategy: the run's tf.distribute.Strategy, or None (the default device).
+        cpu_info: where to read the CPU's flags.
+    """
+    import tensorflow as tf
+
+    if strategy is not None and isinstance(strategy, (tf.distribute.TPUStrategy,)):
+        return DeviceFacts("tpu", "")
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = [tf.config.experimental.get_device_details(gpu) for gpu in gpus]
+        capabilities = [tuple(d["compute_capability"]) for d in details
+                        if d.get("compute_capability")]
+        names = sorted({d.get("device_name", "") for d in details} - {""})
+        return DeviceFacts("gpu", ", ".join(names) or f"{len(gpus)} GPU(s)",
+                           compute_capability=min(capabilities) if capabilities else None)
+    name, flags = read_cpu(cpu_info)
+    return DeviceFacts("cpu", name, cpu_flags=flags)
+
+
+def choose(requested: str, strategy=None, allowed: Iterable[str] = POLICIES) -> PrecisionChoice:
+    """`resolve` on this machine's device, with its start line logged and any warning once."""
+    choice = resolve(requested, detect(strategy), allowed)
+    logger.info("%s", choice.line())
+    warn_if_slow(choice)
+    return choice
+
