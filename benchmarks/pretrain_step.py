@@ -458,6 +458,15 @@ def worker_keras_naive(args):
                          "keras_hub": keras_hub.__version__}}
 
 
+def peak_dtypes(run_dtypes, cpu_flags):
+    """The dtypes whose matmul peak a run measures: its own, less bfloat16 on a CPU that
+    emulates it (no peak to speak of: a 4096^3 product takes minutes there)."""
+    from electra_tf import precision
+
+    native, _ = precision.native_bf16(precision.DeviceFacts("cpu", "", cpu_flags))
+    return [d for d in run_dtypes if d != "bfloat16" or native]
+
+
 def worker_peak(args):
     """Best median GFLOP/s of large matmuls: TensorFlow (oneDNN) and PyTorch, f32 and bf16."""
     import numpy as np
@@ -480,7 +489,8 @@ def worker_peak(args):
     import electra_tf  # noqa: F401  (TensorFlow's kernels as electra-tf runs them: onednn.py)
     import tensorflow as tf
 
-    for dtype in DTYPES:
+    dtypes = args.peak_dtypes.split(",")
+    for dtype in dtypes:
         for m, k, n in shapes:
             a = tf.cast(tf.random.normal([m, k]), dtype)
             b = tf.cast(tf.random.normal([k, n]), dtype)
@@ -491,13 +501,13 @@ def worker_peak(args):
         import torch
 
         torch.set_num_threads(os.cpu_count())
-        for dtype in DTYPES:
+        for dtype in dtypes:
             torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
             for m, k, n in shapes:
                 a = torch.randn(m, k).to(torch_dtype)
                 b = torch.randn(k, n).to(torch_dtype)
                 results[f"torch/{dtype}/{m}x{k}x{n}"] = median_gflops(lambda: torch.mm(a, b), m, k, n)
-    peak = {dtype: max(v for k, v in results.items() if f"/{dtype}/" in k) for dtype in DTYPES}
+    peak = {dtype: max(v for k, v in results.items() if f"/{dtype}/" in k) for dtype in dtypes}
     del np
     return {"peak_gflops": peak, "matmul_gflops": results}
 
@@ -688,7 +698,7 @@ def summarize(impl, batch, dtype, result, peak):
     flops = step_flops(batch)
     row["model_gflops_per_step"] = flops / 1e9
     row["achieved_gflops"] = flops / row["step_seconds"] / 1e9
-    if peak:
+    if peak and dtype in peak:
         row["mfu"] = row["achieved_gflops"] / peak[dtype]
     return [row]
 
@@ -715,9 +725,13 @@ def print_table(rows, peak):
               f"{r['tokens_per_second']:>9.0f}{r['step_seconds']:>8.2f}{r['achieved_gflops']:>9.0f}"
               f"{mfu:>7}{r['first_call_seconds']:>11.1f}{r['peak_rss_mb']:>12.0f}  {windows}")
     if peak:
-        print(f"matmul peak: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 "
-              f"{peak['bfloat16']:.0f} GFLOP/s; FLOPs per step of 32 sequences: "
+        print(f"matmul peak: {_peak_text(peak)}; FLOPs per step of 32 sequences: "
               f"{step_flops(32) / 1e9:.1f} GFLOP")
+
+
+def _peak_text(peak):
+    return ", ".join(f"{dtype} {peak[dtype]:.0f} GFLOP/s" if dtype in peak
+                     else f"{dtype} not measured (emulated on this CPU)" for dtype in DTYPES)
 
 
 def ratios(rows):
@@ -845,6 +859,7 @@ def build_parser():
     parser.add_argument("--timeout", type=int, default=3600,
                         help="seconds before a configuration's subprocess is abandoned")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--peak-dtypes", default=",".join(DTYPES), help=argparse.SUPPRESS)
     parser.add_argument("--result-file", help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", dest="batch_one", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--dtype-one", help=argparse.SUPPRESS)
@@ -874,13 +889,13 @@ def main(argv=None):
         peak = None
         peak_result = None
         if not args.no_peak:
-            peak_result = spawn("peak", args, [], args.timeout)
+            dtypes = peak_dtypes(args.dtype, frozenset(info["cpu_flags"]))
+            peak_result = spawn("peak", args, ["--peak-dtypes", ",".join(dtypes)], args.timeout)
             if "error" in peak_result:
                 print("matmul peak failed:", peak_result["error"], flush=True)
             else:
                 peak = peak_result["peak_gflops"]
-                print(f"matmul peak: float32 {peak['float32']:.0f} GFLOP/s, bfloat16 "
-                      f"{peak['bfloat16']:.0f} GFLOP/s", flush=True)
+                print(f"matmul peak: {_peak_text(peak)}", flush=True)
         rows = []
         for batch in args.batch:
             for dtype in args.dtype:
