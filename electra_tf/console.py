@@ -68,6 +68,11 @@ def setup(quiet: bool = False, verbose: bool = False) -> None:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
 
 
+def verbose() -> bool:
+    """Whether the tool runs with --verbose (also in its child processes)."""
+    return _verbose or os.environ.get(VERBOSE_ENV) == "1"
+
+
 def import_tensorflow():
     """Imports TensorFlow, hiding the lines its C++ libraries write to stderr while loading
     (unless `--verbose`); they are replayed if the import fails. Returns the module."""

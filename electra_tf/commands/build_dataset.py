@@ -2,10 +2,14 @@
 
 Inputs (--input-format): plain text, one sentence per line, a blank line between documents
 (default); OpenWebText (a directory of tar archives such as OpenWebText's .xz files, one document
-per member); JSON Lines (one document per line, its text under --jsonl-text-field). Files ending
-in .gz, .bz2 or .xz are decompressed as streams. Bad input (a truncated stream, a corrupt archive
-member, a JSON line without the field, invalid UTF-8) is skipped and counted, naming the file and
-line or member, in manifest.json and inputs.jsonl (--bad-input error stops instead).
+per member; also OpenWebText as downloaded, openwebtext.tar.xz); JSON Lines (one document per
+line, its text under --jsonl-text-field). gzip, bzip2 and xz streams are recognised by their
+bytes, whatever the file's name, and decompressed. Bad input (a truncated stream, a corrupt
+archive member, a JSON line without the field or nested over 256 deep, invalid UTF-8) is skipped
+and counted, naming the file and line or member, in manifest.json and inputs.jsonl; binary files
+(more than 30% of their first 64 KiB invalid UTF-8, NUL or control bytes) and formats that are
+not read (zip, zstd, UTF-16, ...) are skipped whole with a warning (--bad-input error stops
+instead).
 
 The examples are shuffled globally (a seeded external sort in bounded memory), so training
 batches mix like a random draw whatever the number of shards.
@@ -66,8 +70,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "jsonl: the top-level key holding a document's text (default: %(default)s)")
     arg("--bad-input", choices=b.BAD_INPUT_POLICIES, default="skip", help="skip: skip and count "
         "bad input (truncated or corrupt streams and archive members, JSON lines without the "
-        "text field, invalid UTF-8 replaced), naming file and line/member in manifest.json and "
-        "inputs.jsonl; error: stop at the first (default: %(default)s)")
+        "text field, invalid UTF-8 replaced, binary files and formats that are not read), naming "
+        "file and line/member in manifest.json and inputs.jsonl; error: stop at the first "
+        "(default: %(default)s)")
     arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
         "--learn-vocab, where the learned vocab is written (default: "
         "<parent of --output-dir>/vocab.txt)")

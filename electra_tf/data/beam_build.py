@@ -26,14 +26,16 @@ import contextlib
 import json
 import logging
 import os
+import posixpath
 import re
 import tempfile
 import time
 from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from electra_tf import console
 from electra_tf.data import builder as local_builder
-from electra_tf.data.build_worker import BuildError
+from electra_tf.data.build_worker import BuildError, write_error
 from electra_tf.data.corpus import CorpusError, CorpusFile, list_corpus_files
 from electra_tf.data.formats import InputSettings, estimated_text_bytes
 from electra_tf.data.manifest import build_manifest, merge_pack_results
@@ -53,6 +55,7 @@ BEAM_EXTRA = "pip install -e '.[beam]'"
 BEAM_REQUIREMENT = "apache-beam==2.77.0"
 _BEAM_SUFFIX = re.compile(r" \[while running '[^']*'\]")
 _USER_ERROR_LINE = re.compile(r"(?:BuildError|CorpusError|VocabError): (.+)")
+_GCP_CLIENTS_WARNING = re.compile(r"^apitools not found")
 
 
 def is_url(path: str) -> bool:
@@ -62,11 +65,45 @@ def is_url(path: str) -> bool:
 def import_beam(runner: str):
     """Imports apache_beam, or raises BuildError naming the extra that installs it."""
     try:
-        import apache_beam
+        with _optional_gcp_warning_dropped():
+            import apache_beam
     except ImportError as e:
         raise BuildError(f"--runner {runner} needs Apache Beam, which is not installed: "
                          f"{BEAM_EXTRA} (the [beam] extra: {BEAM_REQUIREMENT})") from e
     return apache_beam
+
+
+class _DropRecord(logging.Filter):
+    def __init__(self, pattern: "re.Pattern"):
+        super().__init__()
+        self.pattern = pattern
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.pattern.search(record.getMessage())
+
+
+@contextlib.contextmanager
+def _optional_gcp_warning_dropped():
+    """Importing Beam logs `apitools not found, and bigquery client libraries are not
+    available ...` on the root logger (Google Cloud's optional clients, needed by BigQuery IO
+    only, which the build does not use): dropped, unless --verbose. Also keeps that
+    module-level `logging.warning` from calling `logging.basicConfig()` on an unconfigured
+    root logger."""
+    if console.verbose():
+        yield
+        return
+    root = logging.getLogger()
+    dropped = _DropRecord(_GCP_CLIENTS_WARNING)
+    placeholder = logging.NullHandler() if not root.handlers else None
+    if placeholder is not None:
+        root.addHandler(placeholder)
+    root.addFilter(dropped)
+    try:
+        yield
+    finally:
+        root.removeFilter(dropped)
+        if placeholder is not None:
+            root.removeHandler(placeholder)
 
 
 def pipeline_options(runner: str, args: Sequence[str]):
@@ -137,19 +174,21 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
                 len(files), sum(estimated_text_bytes(f) for f in files) / 1e6,
                 config.corpus_dir, runner, config.output_dir)
     created_dir = not gfile.isdir(config.output_dir)
-    gfile.makedirs(plan.work_dir)
     try:
+        gfile.makedirs(plan.work_dir)
         phase_start = time.monotonic()
         result = _run(beam, options, files, spec, plan.work_dir)
         phases = {"pipeline": time.monotonic() - phase_start}
         entries, totals, shard_counts = _read_results(gfile, plan.work_dir, config)
         local_builder.check_train_examples(config.corpus_dir, totals)
         shards = _install(gfile, config, plan, shard_counts, entries)
-    except BaseException:
+    except BaseException as e:
         if gfile.exists(plan.work_dir):
             gfile.rmtree(plan.work_dir)
         if created_dir and gfile.isdir(config.output_dir) and not gfile.listdir(config.output_dir):
             gfile.rmtree(config.output_dir)
+        if isinstance(e, (OSError, tf.errors.OpError)):  # here, in the launcher: a full disk
+            raise write_error(e, "the dataset", config.output_dir) from None
         raise
     gfile.rmtree(plan.work_dir)
     runner_entry = _runner_entry(beam, runner, beam_args, result, totals, len(files))
@@ -157,7 +196,11 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
                               time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry)
     manifest["shuffle"] = {"method": "global", "engine": "beam",
                            "sort": "GroupByKey per shard, each shard sorted in worker memory"}
-    _write_atomic(gfile, config.output_dir, MANIFEST_NAME, json.dumps(manifest, indent=2) + "\n")
+    try:
+        _write_atomic(gfile, config.output_dir, MANIFEST_NAME,
+                      json.dumps(manifest, indent=2) + "\n")
+    except (OSError, tf.errors.OpError) as e:
+        raise write_error(e, MANIFEST_NAME, config.output_dir) from None
     local_builder.log_summary(config, manifest)
     return manifest
 
@@ -204,9 +247,13 @@ def _run(beam, options, files: List[CorpusFile], spec, work_dir: str):
             state = result.wait_until_finish()
     except Exception as e:  # noqa: BLE001 -- runners wrap worker errors in their own types
         message = user_error(e)
-        if message is None:
+        if message is not None:
+            raise BuildError(message) from None
+        failed = failed_write(e)
+        if failed is None:
             raise
-        raise BuildError(message) from None
+        # Beam's own writes (WriteToText of the results) into the work dir.
+        raise write_error(failed, "the dataset", posixpath.dirname(work_dir)) from None
     if state != beam.runners.runner.PipelineState.DONE:
         raise BuildError(f"the Beam pipeline ended in state {state}")
     return result
@@ -218,14 +265,30 @@ def user_error(error: BaseException) -> Optional[str]:
     In-process runners re-raise the worker's exception with "[while running 'Step']"
     appended; remote ones (Dataflow) report its traceback as text, so the line is looked up.
     """
-    seen, current = set(), error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, (BuildError, CorpusError, VocabError, OSError)):
-            return _BEAM_SUFFIX.sub("", str(current)).strip().splitlines()[0]
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
+    found = _in_chain(error, (BuildError, CorpusError, VocabError))
+    if found is not None:
+        return _BEAM_SUFFIX.sub("", str(found)).strip().splitlines()[0]
     match = _USER_ERROR_LINE.search(str(error))
     return _BEAM_SUFFIX.sub("", match.group(1)).strip() if match else None
+
+
+def failed_write(error: BaseException) -> Optional[BaseException]:
+    """The OSError or TensorFlow file error in `error`'s chain (a write of the pipeline's: its
+    reads of corpus files fail as BuildErrors), or None."""
+    import tensorflow as tf
+
+    return _in_chain(error, (OSError, tf.errors.OpError))
+
+
+def _in_chain(error: BaseException, types: tuple) -> Optional[BaseException]:
+    """The first exception of `types` among `error`, its cause and context, and theirs."""
+    seen, current = set(), error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, types):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def list_files(corpus_dir: str) -> List[CorpusFile]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 from typing import Dict, Iterator, List, Tuple
 
 import apache_beam as beam
@@ -41,7 +42,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from electra_tf.data.build_worker import FilePacker, file_summary
+from electra_tf.data.build_worker import FilePacker, file_summary, write_error
 from electra_tf.data.corpus import CorpusFile, ReadStats
 from electra_tf.data.formats import InputSettings
 from electra_tf.data.packing import PackSettings, PackStats
@@ -139,9 +140,13 @@ class WriteShard(beam.DoFn):
         (split, shard), values = element
         records: List[bytes] = sorted(values)  # key, then record bytes: the local builder's order
         path = temp_shard_path(self.work_dir, split, shard, self.num_shards[split])
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in records:
-                writer.write(record[_KEY_BYTES:])
+        try:
+            with tf.io.TFRecordWriter(path) as writer:
+                for record in records:
+                    writer.write(record[_KEY_BYTES:])
+        except (OSError, tf.errors.OpError) as e:  # a full disk: ResourceExhaustedError
+            output_dir = posixpath.dirname(self.work_dir)
+            raise write_error(e, f"the {split} shards", output_dir) from None
         self.written.inc(len(records))
         yield json.dumps({"split": split, "shard": shard, "examples": len(records)})
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, Iterable, Iterator, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from electra_tf.data.corpus import CorpusFile, ReadStats, format_problem
 from electra_tf.data.example_builder import PackedExample
@@ -204,7 +204,8 @@ class BuildWorker:
         try:
             return self._pack_task(task, report)
         except OSError as e:  # reading errors are BuildErrors already: this is a failed write
-            raise write_error(e, "the shuffle's temporary files", self.spec.shuffle_dir) from None
+            raise write_error(e, "the shuffle's temporary files", self.spec.shuffle_dir,
+                              os.path.dirname(self.spec.shuffle_dir)) from None
 
     def _pack_task(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
         task_index, files = task
@@ -257,10 +258,37 @@ class BuildWorker:
                               os.path.dirname(spec.shuffle_dir)) from None
 
 
-def write_error(error: BaseException, what: str, directory: str) -> BuildError:
+def write_error(error: BaseException, what: str, directory: str,
+                output_dir: Optional[str] = None) -> BuildError:
     """The one-line BuildError for a failed write (a full disk, a read-only directory; also
-    TensorFlow's file errors, which are not OSErrors)."""
+    TensorFlow's file errors, which are not OSErrors).
+
+    Args:
+        error: what the write raised.
+        what: what could not be written ("the train shards").
+        directory: where.
+        output_dir: the build's --output-dir (default: `directory`); the message advises
+            --overwrite only if a rerun needs it there (`rerun_needs_overwrite`).
+    """
+    advice = " with --overwrite" if rerun_needs_overwrite(output_dir or directory) else ""
     return BuildError(f"cannot write {what} in {shown_path(directory)} ({error_line(error)}); "
-                      "free space there (or choose another --output-dir) and rerun with "
-                      "--overwrite")
+                      f"free space there (or choose another --output-dir) and rerun{advice}")
+
+
+def rerun_needs_overwrite(output_dir: str) -> bool:
+    """Whether `output_dir` holds anything but a build's temporaries (removed when it fails)
+    and its lock: then a rerun there needs --overwrite (`output.check_output_dir`)."""
+    from electra_tf.data.output import is_temporary  # output imports this module
+    from electra_tf.locking import LOCK_NAME
+
+    try:
+        if "://" in output_dir:  # the Beam build's gs://...
+            import tensorflow as tf
+
+            names = [n.rstrip("/") for n in tf.io.gfile.listdir(output_dir)]
+        else:
+            names = os.listdir(output_dir)
+    except Exception:  # noqa: BLE001 -- gone or unreadable: nothing to replace there
+        return False
+    return any(name != LOCK_NAME and not is_temporary(name) for name in names)
 

@@ -50,9 +50,10 @@ from electra_tf import atomic
 from electra_tf.data import corpus as corpus_lib
 from electra_tf.data.build_worker import (BuildError, BuildWorker, WorkerSpec, inputs_part_path,
                                          write_error)
-from electra_tf.data.corpus import CorpusFile, format_problem, list_corpus_files
+from electra_tf.data.corpus import (WHOLE_FILE_PROBLEMS, CorpusFile, format_problem,
+                                    list_corpus_files)
 from electra_tf.data.formats import (DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS, InputSettings,
-                                     estimated_text_bytes, is_compressed)
+                                     estimated_text_bytes, is_compressed, is_plain_text)
 from electra_tf.data.manifest import build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shards,
                                     remove_temporaries, temp_prefix)
@@ -94,6 +95,7 @@ PROGRESS_INTERVAL_SECONDS = 2.0
 RECORD_BYTES_PER_TEXT_BYTE = 1.25
 TASKS_PER_PROCESS = 8  # packing tasks per process: small enough to balance, large to amortise
 MAX_TASK_BYTES = 64 << 20
+MAX_SHOWN_PROBLEMS = 3  # input problems named in a warning or error line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,9 +216,12 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
 def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
     engines: the Beam build learns it on the launcher, before the pipeline)."""
-    if config.input_format != "text" or any(is_compressed(f.path) for f in files):
-        raise BuildError("--learn-vocab reads uncompressed plain-text corpora only; learn the "
-                         "vocab from such a corpus and pass it with --vocab-file")
+    not_plain = next((f for f in files if is_compressed(f.path) or not is_plain_text(f.path)),
+                     None) if config.input_format == "text" else None
+    if config.input_format != "text" or not_plain is not None:
+        what = f" ({shown_path(not_plain.path)} is not)" if not_plain is not None else ""
+        raise BuildError(f"--learn-vocab reads uncompressed plain-text corpora only{what}; "
+                         "learn the vocab from such a corpus and pass it with --vocab-file")
     if os.path.exists(config.vocab_file) and not config.overwrite:
         raise BuildError(
             f"vocab file {config.vocab_file} exists; pass --overwrite to replace it with a "
@@ -388,12 +393,18 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
 
 
 def check_train_examples(corpus_dir: str, totals) -> None:
-    """Raises BuildError when packing made no training example (`totals`: BuildTotals)."""
+    """Raises BuildError when packing made no training example (`totals`: BuildTotals); the
+    message names the input problems met (the likely cause: a whole corpus in a format that is
+    not read, or given with the wrong --input-format)."""
     if totals.pack.splits["train"].examples == 0:
+        causes = ""
+        if totals.num_problems:
+            causes = (f"; {totals.num_problems} input problem(s), first: "
+                      + "; ".join(format_problem(p) for p in totals.problems[:MAX_SHOWN_PROBLEMS]))
         raise BuildError(
             f"no training examples: the corpus in {shown_path(corpus_dir)} has no tokenizable "
             "text" + (" outside the held-out documents" if totals.pack.splits["eval"].examples
-                      else ""))
+                      else "") + causes)
 
 
 def _finish(config: BuildConfig, manifest: dict, long_lines: List[dict]) -> None:
@@ -464,12 +475,19 @@ def log_summary(config: BuildConfig, manifest: dict) -> None:
     if config.eval_fraction > 0 and not evals["examples"]:
         logger.warning("no document was held out for eval (%d documents, --eval-fraction %g): "
                        "there are no eval shards", counts["documents"], config.eval_fraction)
+    skipped = [p for p in manifest["input_problems"] if p["problem"] in WHOLE_FILE_PROBLEMS]
+    if counts["skipped_files"]:
+        # On a line of its own: a whole file of the corpus is not in the dataset.
+        logger.warning(
+            "%d file(s) NOT READ (binary data, or a format that is not read: listed in %s and "
+            "%s); first: %s", counts["skipped_files"], MANIFEST_NAME, INPUTS_NAME,
+            "; ".join(format_problem(p) for p in skipped[:MAX_SHOWN_PROBLEMS]))
     if counts["input_problems"]:
         logger.warning(
             "%d input problem(s) skipped or repaired (%d documents skipped, %d damaged files): "
             "listed in %s and %s; first: %s", counts["input_problems"], counts["skipped_documents"],
             counts["damaged_files"], MANIFEST_NAME, INPUTS_NAME,
-            "; ".join(format_problem(p) for p in manifest["input_problems"][:3]))
+            "; ".join(format_problem(p) for p in manifest["input_problems"][:MAX_SHOWN_PROBLEMS]))
     logger.info(
         "done: %d train examples in %d shards, %d eval examples in %d shards, %d documents, "
         "%d tokens in %.1f s (%.0f tokens/s) -> %s", train["examples"], len(train["shards"]),

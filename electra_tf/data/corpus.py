@@ -67,6 +67,7 @@ class ReadStats:
     bom_files: int = 0  # files that started with a UTF-8 byte-order mark (dropped)
     lines_split: int = 0  # lines longer than MAX_LINE_BYTES (each cut into pieces)
     skipped_documents: int = 0  # JSON lines or archive members that could not be used
+    skipped_files: int = 0  # files not read at all: binary, or a format that is not read
     damaged_files: int = 0  # files whose compressed stream or archive broke off (rest unread)
     # "file\0kind" -> {"file", "problem", "count", "first", "detail"} (see `note`).
     problems: Dict[str, dict] = dataclasses.field(default_factory=dict)
@@ -107,6 +108,10 @@ PROBLEM_BAD_MEMBER = "bad_archive_member"  # unreadable archive data skipped bet
 PROBLEM_INVALID_JSON = "invalid_json"
 PROBLEM_MISSING_FIELD = "missing_text_field"  # no string under the configured text field
 PROBLEM_LONG_LINE = "line_too_long"  # a JSON line over the size limit, skipped
+PROBLEM_NOT_TEXT = "not_text"  # a file or member of binary data (formats' not-text rule)
+PROBLEM_UNSUPPORTED_FORMAT = "unsupported_format"  # zip, zstd, UTF-16, ...: how to convert it
+# Problems that skip a whole file: the build warns about them on their own line.
+WHOLE_FILE_PROBLEMS = (PROBLEM_NOT_TEXT, PROBLEM_UNSUPPORTED_FORMAT)
 
 
 def format_problem(entry: dict) -> str:
@@ -216,6 +221,17 @@ def _split_long(raw_lines: List[bytes], limit: int, stats: ReadStats,
             raw = raw[cut:]
         out.append(raw)
     return out
+
+
+def split_long_line(line: str, limit: int, stats: ReadStats) -> List[str]:
+    """`line` cut into pieces of at most `limit` UTF-8 bytes, as `iter_line_batches` cuts a
+    file's long lines (at a space near the cut, else at a character boundary); a line that was
+    cut is counted in `stats.lines_split`. Lone surrogates (from JSON escapes) survive."""
+    raw = line.encode("utf-8", "surrogatepass")
+    if len(raw) <= limit:
+        return [line]
+    return [piece.decode("utf-8", "surrogatepass")
+            for piece in _split_long([raw], limit, stats, first_counted=False)]
 
 
 def iter_line_batches(source: Union[str, BinaryIO], stats: ReadStats,

@@ -143,6 +143,7 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
             "lines_split": read.lines_split,
             "skipped_documents": read.skipped_documents,
             "damaged_files": read.damaged_files,
+            "skipped_files": read.skipped_files,
             "input_problems": totals.num_problems,
         },
         "input_problems": totals.problems,

@@ -122,11 +122,14 @@ def test_truncated_compressed_stream_keeps_what_was_read_and_names_the_line(tmp_
     assert stats.damaged_files == 1
 
 
-def test_not_actually_gzip_and_corrupt_crc_are_damaged_streams(tmp_path):
-    (tmp_path / "fake.txt.gz").write_text("w1 w2\n")
+def test_content_not_name_decides_and_corrupt_streams_are_damaged(tmp_path):
+    (tmp_path / "fake.txt.gz").write_text("w1 w2\n")  # text named .gz: read as the text it is
     got, stats = read(tmp_path / "fake.txt.gz", tmp_path)
+    assert got == ["w1 w2"] and not stats.problems
+    (tmp_path / "bad.txt").write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 40)  # gzip, then garbage
+    got, stats = read(tmp_path / "bad.txt", tmp_path)
     assert got == [] and only_problem(stats)["first"] == "after line 0"
-    assert "Not a gzipped file" in only_problem(stats)["detail"]
+    assert only_problem(stats)["problem"] == "damaged_stream"
     blob = bytearray(gzip.compress(b"w1 w2\nw3 w4\n"))
     blob[-8] ^= 0xFF  # the CRC32 in the trailer
     (tmp_path / "crc.txt.gz").write_bytes(bytes(blob))
@@ -339,6 +342,29 @@ def test_a_failing_write_leaves_no_temporaries(tmp_path, vocab_file, mixed_jsonl
                                          r"\(No space left on device\)"):
         build(tmp_path, vocab_file, mixed_jsonl_corpus, input_format="jsonl")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_write_advises_overwrite_only_when_a_rerun_needs_it(
+        tmp_path, vocab_file, mixed_jsonl_corpus, monkeypatch):
+    from electra_tf.data import shuffle
+
+    build(tmp_path, vocab_file, mixed_jsonl_corpus, "previous", input_format="jsonl")
+    before = {n: (tmp_path / "previous" / n).read_bytes()
+              for n in os.listdir(tmp_path / "previous")}
+
+    def full_disk(self, bucket):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shuffle.BucketWriter, "_flush", full_disk)
+    with pytest.raises(BuildError) as new_dir:  # nothing there before, nothing left
+        build(tmp_path, vocab_file, mixed_jsonl_corpus, "new", input_format="jsonl")
+    assert str(new_dir.value).endswith("and rerun") and not (tmp_path / "new").exists()
+    with pytest.raises(BuildError) as replacing:  # the previous dataset stays, as it was
+        build(tmp_path, vocab_file, mixed_jsonl_corpus, "previous", input_format="jsonl",
+              overwrite=True)
+    assert str(replacing.value).endswith("and rerun with --overwrite")
+    assert {n: (tmp_path / "previous" / n).read_bytes()
+            for n in os.listdir(tmp_path / "previous")} == before
 
 
 def test_learn_vocab_refuses_other_formats(tmp_path, mixed_jsonl_corpus):
