@@ -33,6 +33,8 @@ import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 from typing import Any, Dict, Mapping, NamedTuple, Optional, Union
 
 import keras
@@ -45,7 +47,7 @@ from electra_tf.config import (MODEL_SIZES, MODELS_DIR, ConfigError, Pretraining
 from electra_tf.convert import names
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
-from electra_tf.errors import error_line
+from electra_tf.errors import error_line, shown_path
 from electra_tf.training import run_dir
 from electra_tf.vocab import load_vocab
 
@@ -439,15 +441,37 @@ def write_tf1_checkpoint(prefix: str, weights: Mapping[str, np.ndarray],
     """Writes `{name: array}` as a TF1 (V2-format) checkpoint with exactly these variable names.
 
     `tf.train.list_variables(prefix)` then shows the names as given (no object-graph suffixes), as
-    a `tf.compat.v1.train.Saver` would write them.
+    a `tf.compat.v1.train.Saver` would write them. The files are written in a hidden staging
+    directory beside them and renamed into place, the index last, so a failure (a full or
+    read-only disk) never leaves a partial checkpoint under `prefix`.
+
+    Raises:
+        ConversionError: the checkpoint cannot be written (one line naming it and the reason).
     """
     tensors = {name: np.ascontiguousarray(value) for name, value in weights.items()}
     if global_step is not None:
         tensors[names.GLOBAL_STEP_NAME] = np.int64(global_step)
     ordered = sorted(tensors)
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=ordered, shape_and_slices=[""] * len(ordered),
-                      tensors=[tensors[n] for n in ordered])
+    directory = os.path.dirname(os.path.abspath(prefix))
+    base = os.path.basename(prefix)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        # Named as atomic_path names its temporaries: removed as a leftover if this is killed.
+        staging = tempfile.mkdtemp(prefix=f".{base}.tmp-", dir=directory)
+        try:
+            staged = os.path.join(staging, base)
+            tf.raw_ops.SaveV2(prefix=staged, tensor_names=ordered,
+                              shape_and_slices=[""] * len(ordered),
+                              tensors=[tensors[n] for n in ordered])
+            # Data files first: the index names a complete checkpoint.
+            for name in sorted(os.listdir(staging), key=lambda n: n.endswith(".index")):
+                os.replace(os.path.join(staging, name), os.path.join(directory, name))
+            atomic.fsync_path(directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except (OSError, tf.errors.OpError) as e:  # PermissionDeniedError, ResourceExhaustedError
+        raise ConversionError(f"cannot write the checkpoint {shown_path(prefix)} "
+                              f"({error_line(e)})") from None
     return prefix
 
 
