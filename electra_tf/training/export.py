@@ -37,7 +37,7 @@ from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.errors import TrainingError, error_line, shown_path
-from electra_tf.training import hub, run_dir
+from electra_tf.training import hub, preemption, run_dir
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
@@ -131,6 +131,8 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
     Raises:
         TrainingError: the export cannot be written (a full disk, a read-only directory); the
             staging directory is removed and a previous export is left as it was.
+        preemption.Interrupted: a SIGTERM while the staging directory was written (a run's
+            `SigtermWatch`); it is removed likewise.
     """
     tf_logger = logging.getLogger("tensorflow")
     tf_level = tf_logger.level
@@ -139,16 +141,19 @@ def save_atomically(module: tf.Module, signatures: dict, target: str, extra_file
             # While saving, TensorFlow warns about every captured constant's auto-generated name
             # (thousands for the tokenizer's tables) and logs each asset: harmless, kept quiet.
             tf_logger.setLevel(max(tf_level, logging.ERROR))
-            if isinstance(module, hub.ReusableModule):
-                module.trace_call()
-            tf.saved_model.save(module, staging, signatures=signatures)
-            extra = os.path.join(staging, EXTRA_DIR)
-            os.makedirs(extra, exist_ok=True)
-            for name, source in extra_files.items():
-                shutil.copyfile(source, os.path.join(extra, name))
-            for name, text in (extra_texts or {}).items():
-                with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
-                    f.write(text)
+            # A SIGTERM while the staging directory is written abandons it (removed by
+            # atomic_path); not around the rename, which must not be cut in two.
+            with preemption.interruptible():
+                if isinstance(module, hub.ReusableModule):
+                    module.trace_call()
+                tf.saved_model.save(module, staging, signatures=signatures)
+                extra = os.path.join(staging, EXTRA_DIR)
+                os.makedirs(extra, exist_ok=True)
+                for name, source in extra_files.items():
+                    shutil.copyfile(source, os.path.join(extra, name))
+                for name, text in (extra_texts or {}).items():
+                    with open(os.path.join(extra, name), "w", encoding="utf-8") as f:
+                        f.write(text)
     except (OSError, tf.errors.OpError) as e:  # a full disk is a ResourceExhaustedError
         raise TrainingError(f"cannot write the export {shown_path(target)} ({error_line(e)}); "
                             "free space there and rerun with do_train false to export "

@@ -21,24 +21,41 @@ they save together (the save is collective). This is the agreement TensorFlow's
 exit status off Google Cloud; the handler itself is not used because it runs single steps from
 Python and adds its own counter to the checkpoint, which would break resuming existing runs.
 
+Every phase of a run stops cleanly, not only training (`trainer.run` watches SIGTERM from its
+start, `SigtermWatch`): a SIGTERM before the trainer is set up is kept and stops it at its first
+step boundary; the evaluation loop reads the same flag before every batch; the export, written
+to a staging directory, is abandoned at once (`interruptible`: the staging directory is removed)
+and nothing else was changed. Each ends with `Preempted`; rerunning the same command redoes the
+phase.
+
 A second SIGTERM while stopping ends the process at once (the default action).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import threading
-from typing import Optional
+from typing import Iterator, List, Optional
 
 import tensorflow as tf
 
 logger = logging.getLogger("electra_tf")
 
 
+class Interrupted(BaseException):
+    """Raised in the main thread by SIGTERM inside an `interruptible` block (an export being
+    written). A BaseException, so that no `except Exception` on the way swallows it; the
+    trainer turns it into `Preempted`."""
+
+
 class StopRequest:
     """A stop request set by SIGTERM (or `request()`), agreed across workers.
+
+    Use as a context manager around the work it may stop (nested uses are fine): it joins the
+    process's `SigtermWatch`, or starts one for the block.
 
     Args:
         strategy: the run's tf.distribute strategy.
@@ -52,7 +69,9 @@ class StopRequest:
         resolver = getattr(strategy, "cluster_resolver", None)
         spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
         self.multi_worker = sum(len(tasks) for tasks in spec.values()) > 1
-        self._watcher: Optional[_SignalWatcher] = None
+        self._watch: Optional[SigtermWatch] = None
+        self._own_watch = False
+        self._depth = 0
 
     # --- Python side ----------------------------------------------------------------------------
     def request(self) -> None:
@@ -64,14 +83,27 @@ class StopRequest:
         """Whether the stop was agreed (by any worker's request) in the last compiled loop."""
         return bool(self.agreed_flag.numpy())
 
+    @property
+    def received(self) -> bool:
+        """Whether this process was asked to stop (agreed in a loop or not)."""
+        return bool(self.local.numpy()) or self.requested
+
     def __enter__(self) -> "StopRequest":
-        self._watcher = _SignalWatcher.start(self)
+        if self._depth == 0:
+            self._own_watch = SigtermWatch.current is None
+            self._watch = SigtermWatch().__enter__() if self._own_watch else SigtermWatch.current
+            if self._watch is not None:
+                self._watch.attach(self)
+        self._depth += 1
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
+        self._depth -= 1
+        if self._depth == 0 and self._watch is not None:
+            self._watch.detach(self)
+            if self._own_watch:
+                self._watch.__exit__(*exc)
+            self._watch = None
 
     # --- In the compiled loop -------------------------------------------------------------------
     def agreed(self) -> tf.Tensor:
@@ -86,31 +118,93 @@ class StopRequest:
         return stop
 
 
-class _SignalWatcher:
-    """Turns SIGTERM into `StopRequest.request()`, also while the main thread is inside
-    TensorFlow (a thread reads the signal module's wake-up file descriptor)."""
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside the block, a SIGTERM raises `Interrupted` in the main thread at once (also one
+    received before the block), instead of waiting for a step boundary: for work that is
+    abandoned cleanly (an export written to a staging directory). Without an active
+    `SigtermWatch` (library use outside a run) the block runs as is."""
+    watch = SigtermWatch.current
+    if watch is None:
+        yield
+        return
+    if watch.received:
+        raise Interrupted()
+    watch.interrupting = True
+    try:
+        yield
+    finally:
+        watch.interrupting = False
 
-    def __init__(self, stop: StopRequest):
-        self.stop_request = stop
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_blocking(self.write_fd, False)
-        self.previous_handler = signal.getsignal(signal.SIGTERM)
-        self.previous_fd = -1
+
+class SigtermWatch:
+    """Watches SIGTERM for a block: turns it into `StopRequest.request()` of the attached stop
+    requests (at once, or when one attaches later), also while the main thread is inside
+    TensorFlow (a thread reads the signal module's wake-up file descriptor). One per process
+    at a time (`current`); off the main thread it watches nothing."""
+
+    current: Optional["SigtermWatch"] = None
+
+    def __init__(self):
+        self.targets: List[StopRequest] = []
         self.received = False
+        self.interrupting = False
         self.handled = 0
         self.closing = False
-        self.thread = threading.Thread(target=self._watch, name="sigterm-watcher", daemon=True)
+        self.read_fd = self.write_fd = -1
+        self.previous_handler = None
+        self.previous_fd = -1
+        self.thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
 
-    @classmethod
-    def start(cls, stop: StopRequest) -> Optional["_SignalWatcher"]:
+    def __enter__(self) -> Optional["SigtermWatch"]:
         if threading.current_thread() is not threading.main_thread():
             logger.debug("not in the main thread: SIGTERM is not watched")
             return None
-        watcher = cls(stop)
-        signal.signal(signal.SIGTERM, watcher._handle)
-        watcher.previous_fd = signal.set_wakeup_fd(watcher.write_fd, warn_on_full_buffer=False)
-        watcher.thread.start()
-        return watcher
+        if SigtermWatch.current is not None:
+            raise RuntimeError("SIGTERM is already watched in this process")
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self.previous_handler = signal.signal(signal.SIGTERM, self._handle)
+        self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        self.thread = threading.Thread(target=self._watch, name="sigterm-watcher", daemon=True)
+        self.thread.start()
+        SigtermWatch.current = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.thread is None:
+            return
+        SigtermWatch.current = None
+        signal.set_wakeup_fd(self.previous_fd)
+        signal.signal(signal.SIGTERM, self.previous_handler)
+        self.closing = True
+        try:
+            os.write(self.write_fd, b"\0")  # wake the thread
+        except OSError:
+            pass
+        self.thread.join(timeout=5)
+        os.close(self.write_fd)
+        os.close(self.read_fd)
+        self.thread = None
+
+    def attach(self, stop: StopRequest) -> None:
+        """Hands SIGTERM to `stop` (at once if one was received already). Called once the run's
+        strategy exists: a multi-worker strategy starts TensorFlow's coordination service, whose
+        preemption notifier installs its own C-level SIGTERM handler, so Python's is installed
+        again here (a SIGTERM in between went to TensorFlow's notifier only)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._handle)
+        with self._lock:
+            self.targets.append(stop)
+            received = self.received
+        if received:  # a SIGTERM before this stop request existed
+            stop.request()
+
+    def detach(self, stop: StopRequest) -> None:
+        with self._lock:
+            if stop in self.targets:
+                self.targets.remove(stop)
 
     def _handle(self, signum, frame) -> None:
         # Python-level handler: runs once per delivered signal, when the main thread is back in
@@ -121,13 +215,21 @@ class _SignalWatcher:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
         self._note()
+        if self.interrupting:
+            self.interrupting = False  # raised once
+            raise Interrupted()
 
     def _note(self) -> None:
-        if not self.received:
+        with self._lock:
+            first = not self.received
             self.received = True
-            logger.warning("SIGTERM received: stopping at the next step boundary to save a "
-                           "checkpoint (a second SIGTERM ends the process at once)")
-        self.stop_request.request()
+            targets = list(self.targets)
+        if first:
+            logger.warning("SIGTERM received: stopping cleanly (training at the next step "
+                           "boundary, after saving a checkpoint; an export at once); a second "
+                           "SIGTERM ends the process at once")
+        for stop in targets:
+            stop.request()
 
     def _watch(self) -> None:
         while True:
@@ -139,15 +241,3 @@ class _SignalWatcher:
                 return
             if signal.SIGTERM in data:  # one byte per signal: its number
                 self._note()
-
-    def stop(self) -> None:
-        signal.set_wakeup_fd(self.previous_fd)
-        signal.signal(signal.SIGTERM, self.previous_handler)
-        self.closing = True
-        try:
-            os.write(self.write_fd, b"\0")  # wake the thread
-        except OSError:
-            pass
-        self.thread.join(timeout=5)
-        os.close(self.write_fd)
-        os.close(self.read_fd)

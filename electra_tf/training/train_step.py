@@ -313,14 +313,22 @@ def eval_step(model, metrics, seed: int, batch, index) -> tf.Tensor:
     return outputs["total_loss"]
 
 
-def make_eval_loop(model, metrics, strategy: tf.distribute.Strategy, seed: int):
-    """A tf.function `(iterator, num_steps) -> mean total loss` that also updates `metrics`."""
+def make_eval_loop(model, metrics, strategy: tf.distribute.Strategy, seed: int, stop=None):
+    """A tf.function `(iterator, num_steps) -> mean total loss` that also updates `metrics`.
+
+    With `stop` (a `preemption.StopRequest`, SIGTERM) the loop reads it before every batch and
+    ends early once a stop is agreed (the caller checks `stop.requested`; the loss is then
+    meaningless).
+    """
     eval_fn = functools.partial(eval_step, model, metrics, seed)
 
     @tf.function
     def eval_loop(iterator, num_steps):
         total = tf.constant(0.0)
         for i in tf.range(num_steps):
+            if stop is not None:
+                if stop.agreed():
+                    break
             per_replica = strategy.run(eval_fn, args=(next(iterator), i))
             total += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return total / tf.cast(num_steps, tf.float32)

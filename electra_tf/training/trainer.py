@@ -347,6 +347,12 @@ class Trainer:
             scalars["skipped_records"] = float(self.dataset_summaries["train"]["skipped_records"])
         return scalars
 
+    def preempted(self, during: str, rerun: str) -> Preempted:
+        """The stop of a phase other than training: nothing of the run is lost."""
+        latest = self.checkpointer.latest or self.restored_from
+        return Preempted(f"stopped by SIGTERM {during} at step {self.step}; nothing is lost (the "
+                         f"checkpoint {latest} is complete). Rerun the same command to {rerun}")
+
     def _save(self) -> None:
         path = self.checkpointer.save(self.step)
         if self.chief:
@@ -375,8 +381,12 @@ class Trainer:
         self.metrics.reset_state()
         if self._eval_loop is None:
             self._eval_loop = train_step.make_eval_loop(self.model, self.metrics, self.strategy,
-                                                        config.seed)
-        loss = float(self._eval_loop(iter(dataset), tf.constant(config.num_eval_steps)))
+                                                        config.seed, stop=self.stop)
+        with self.stop:  # SIGTERM: the loop stops before its next batch
+            loss = float(self._eval_loop(iter(dataset), tf.constant(config.num_eval_steps)))
+        if self.stop.requested:
+            raise self.preempted("during the evaluation", "evaluate (no eval results were "
+                                                          "written)")
         results = {k: float(v) for k, v in self.metrics.result().items()}
         results["loss"] = loss
         results["global_step"] = self.step
@@ -401,7 +411,9 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
     """
     # The run's traced graphs go with it (graph_leaks: TensorFlow's custom-gradient registry
     # would keep them for the life of the process).
-    with graph_leaks.custom_gradients_released(), \
+    # SIGTERM is watched from here: one received while the trainer is set up stops it at the
+    # first step boundary (preemption.SigtermWatch), instead of killing the process.
+    with preemption.SigtermWatch(), graph_leaks.custom_gradients_released(), \
             Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps) as trainer:
         return _run(trainer)
 
@@ -409,14 +421,19 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
 def _run(trainer: Trainer) -> dict:
     config = trainer.config
     results = {}
-    if config.do_train:
-        results["train"] = trainer.train()
-    if config.do_eval:
-        results["eval"] = trainer.evaluate()
-    if config.do_export and trainer.chief:
-        from electra_tf.training import export  # imports tensorflow_text: only when exporting
+    with trainer.stop:  # SIGTERM in any phase below: Preempted (exit status 42)
+        if config.do_train:
+            results["train"] = trainer.train()
+        if config.do_eval:
+            results["eval"] = trainer.evaluate()
+        if config.do_export and trainer.chief:
+            from electra_tf.training import export  # imports tensorflow_text: only when exporting
 
-        results["export"] = export.export_all(trainer.model, trainer.vocab, config, trainer.step)
+            try:
+                results["export"] = export.export_all(trainer.model, trainer.vocab, config,
+                                                      trainer.step)
+            except preemption.Interrupted:  # the staging directory is already removed
+                raise trainer.preempted("during the export", "export") from None
     results["final"] = {"global_step": trainer.step,
                         "checkpoint": trainer.checkpointer.latest,
                         "weights_sha256": trainer.weights_fingerprint()}

@@ -54,14 +54,14 @@ def test_retention_counts_checkpoints_on_disk_after_interrupted_saves(data_dir, 
                r.getMessage() and "ckpt-0, ckpt-2" in r.getMessage() for r in caplog.records)
 
 
-def _kill_when(proc, model_dir, seen, what):
-    """SIGKILLs `proc` the moment `seen(model_dir)` holds; returns what was seen (or None if
-    the process ended first)."""
+def _kill_when(proc, model_dir, seen, what, signum=signal.SIGKILL):
+    """Sends `signum` (SIGKILL) to `proc` the moment `seen(model_dir)` holds and waits for it to
+    end; returns what was seen (or None if the process ended first)."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline and proc.poll() is None:
         found = seen(model_dir)
         if found:
-            proc.send_signal(signal.SIGKILL)
+            proc.send_signal(signum)
             proc.wait(timeout=60)
             return found
         time.sleep(0.001)

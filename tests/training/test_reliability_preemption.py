@@ -6,6 +6,8 @@ In process: a stop requested while a long compiled loop runs stops it mid-loop (
 the request before every step). In subprocesses: a real SIGTERM, like the SIGKILL test.
 """
 
+import hashlib
+import json
 import os
 import re
 import signal
@@ -158,3 +160,95 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(data_
         assert re.search(rf"restored \S+ckpt-{steps[0]} \(step {steps[0]}\)", log), log[-3000:]
         fingerprints.append(fx.final_fingerprint(log))
     assert fingerprints[0] == fingerprints[1] and fingerprints[0][0] == 48
+
+
+# ------------------------------------------------------------------------------------------------
+# SIGTERM outside training: the evaluation and the export stop cleanly too (issue 31)
+# ------------------------------------------------------------------------------------------------
+def _trained_run(data_dir, name, **extra):
+    """Trains a tiny run of 2 steps in this process; returns (hparams, model_dir)."""
+    hparams = fx.tiny_hparams(num_train_steps=2, iterations_per_loop=2, save_checkpoints_steps=2,
+                              **extra)
+    trainer_lib.run(trainer_lib.PretrainingConfig.create(name, data_dir,
+                                                         json.loads(json.dumps(hparams))))
+    return hparams, os.path.join(data_dir, "models", name)
+
+
+def _checkpoint_digests(model_dir):
+    return {n: hashlib.sha256(open(os.path.join(model_dir, n), "rb").read()).hexdigest()
+            for n in os.listdir(model_dir) if n.startswith("ckpt-") or n == "checkpoint"}
+
+
+def _stop_line(log):
+    lines = [line for line in log.splitlines() if line.startswith("run_pretraining.py: ")
+             and "stopped by SIGTERM" in line]
+    assert len(lines) == 1 and "Traceback" not in log, log[-3000:]
+    return lines[0]
+
+
+@pytest.mark.slow  # a training, an eval-only run stopped by SIGTERM, its rerun
+def test_sigterm_during_an_eval_only_run_exits_42_and_writes_nothing(data_dir, tmp_path):
+    hparams, model_dir = _trained_run(data_dir, "term_eval")
+    before = _checkpoint_digests(model_dir)
+    # An evaluation far longer than the test: only the SIGTERM ends it.
+    command = fx.run_pretraining_command(data_dir, "term_eval", dict(
+        hparams, do_train=False, do_eval=True, num_eval_steps=10_000_000))
+    log_path = tmp_path / "eval.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=log, text=True)
+        try:
+            assert _wait_for(log_path, r"restored \S+ckpt-2 \(step 2\)", proc), \
+                log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    log = log_path.read_text()
+    assert proc.returncode == cli.EXIT_PREEMPTED, log[-3000:]
+    line = _stop_line(log)
+    assert "stopped by SIGTERM during the evaluation at step 2; nothing is lost" in line, line
+    assert "no eval results were written" in line, line
+    assert not os.path.exists(os.path.join(model_dir, "eval_results.txt"))
+    assert _checkpoint_digests(model_dir) == before
+    rerun = subprocess.run(fx.run_pretraining_command(data_dir, "term_eval", dict(
+        hparams, do_train=False, do_eval=True)), env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert os.path.exists(os.path.join(model_dir, "eval_results.txt"))
+
+
+@pytest.mark.slow  # a training, export runs stopped by SIGTERM (retried if the export wins)
+def test_sigterm_while_the_export_is_staged_exits_42_and_removes_the_staging(data_dir,
+                                                                            tmp_path):
+    from tests.training.test_reliability_leftovers import _export_staging, _kill_when
+
+    # A large (unused) vocab makes the SavedModel's variables ~60 MB: a wide staging window.
+    hparams, model_dir = _trained_run(data_dir, "term_export", vocab_size=60000,
+                                      embedding_size=128)
+    before = _checkpoint_digests(model_dir)
+    command = fx.run_pretraining_command(data_dir, "term_export", dict(
+        hparams, do_train=False, do_eval=False, do_export=True))
+    for attempt in range(4):  # the export may end between two looks on a loaded machine
+        log_path = tmp_path / f"export-{attempt}.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=log, text=True)
+            seen = _kill_when(proc, model_dir, _export_staging, "export staging directory",
+                              signal.SIGTERM)
+        if seen and proc.returncode == cli.EXIT_PREEMPTED:
+            break
+        assert proc.returncode in (0, cli.EXIT_PREEMPTED), log_path.read_text()[-3000:]
+    else:
+        pytest.fail("no SIGTERM of 4 landed while the export was staged")
+    line = _stop_line(log_path.read_text())
+    assert "stopped by SIGTERM during the export at step 2; nothing is lost" in line, line
+    assert _export_staging(model_dir) == []  # removed at once, not left for the next start
+    assert _checkpoint_digests(model_dir) == before
+    rerun = subprocess.run(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
+                           capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert os.path.isfile(os.path.join(model_dir, "export", "discriminator", "2",
+                                       "saved_model.pb"))
