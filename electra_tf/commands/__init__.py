@@ -14,6 +14,7 @@ imports the standard library (and numpy) only, so `--help` is fast; TensorFlow i
 the flags are parsed and logging is set up (`electra_tf.console`).
 """
 
+import argparse
 import textwrap
 
 
@@ -25,3 +26,14 @@ def hparams_epilog(intro: str, names, statuses: str, notes: str = "") -> str:
     return (f"{intro}:\n" + textwrap.fill(", ".join(names), width=96, initial_indent="  ",
                                          subsequent_indent="  ")
             + wrapped + f"\n\nexit status: {statuses}")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse `type` of a count flag: an int >= 0 (else argparse's one-line error, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value

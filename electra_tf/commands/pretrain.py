@@ -23,7 +23,7 @@ import sys
 
 from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
-from electra_tf.commands import hparams_epilog
+from electra_tf.commands import hparams_epilog, non_negative_int
 from electra_tf.config import HPARAM_NAMES
 from electra_tf.precision import AUTO_HELP
 
@@ -54,7 +54,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="delete an existing run in DATA_DIR/models/MODEL_NAME and start afresh "
                              "(without it, an existing run is resumed); refuses a directory that "
                              "is not a run")
-    parser.add_argument("--profile-steps", type=int, default=0, metavar="N",
+    parser.add_argument("--profile-steps", type=non_negative_int, default=0, metavar="N",
                         help="trace at least N training steps (whole loops, after the first loop, "
                              "which compiles) for TensorBoard's Profile tab (needs "
                              "tensorboard-plugin-profile to view); 0: off (default)")

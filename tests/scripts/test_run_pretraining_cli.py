@@ -73,6 +73,16 @@ def test_invalid_hparams_json_and_bad_value(capsys, data_dir):
     _assert_one_line_error(code, err, "missing_file.json")
 
 
+@pytest.mark.parametrize("value, needle", [("-1", "must be 0 or more, got -1"),
+                                           ("two", "invalid int value: 'two'")])
+def test_profile_steps_must_be_a_count(capsys, data_dir, value, needle):
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage, then one error line
+        run_pretraining.main(["--data-dir", data_dir, "--profile-steps", value])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == cli.EXIT_USER_ERROR
+    _assert_one_line_error(cli.EXIT_USER_ERROR, err, "argument --profile-steps", needle)
+
+
 def test_missing_data_dir(capsys, tmp_path):
     missing = str(tmp_path / "no_such_dir")
     code, err = _main(capsys, "--data-dir", missing)
