@@ -18,7 +18,7 @@ max_seq_length 512, 2 epochs and no test outputs; `chunk` uses max_seq_length 25
 code (QUIRK Q15: mirrored, with a warning). Runs with several tasks get none of these.
 
 electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
-fix), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
+fix), `official_gpu_clip_norm` (the official CPU/GPU clip norm), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
 `do_export`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased` and
 `legacy_tagging_loss` (tagging). The TPU hparams are accepted under their official names so
 official hparam files load, and do nothing.
@@ -125,6 +125,10 @@ class FinetuningConfig:
 
     # --- electra-tf additions ---
     layerwise_lr_decay_fix: bool = False  # True: head at depth L+1 (issue #51), not L+2
+    # True: the global-norm clip sees the word-embedding gradient's rows unsummed, one per token
+    # occurrence, as the official code on CPU/GPU (use_tpu=False); default: summed per id, the
+    # gradient's true norm, as the official on TPU (docs/finetuning.md, "Optimizer").
+    official_gpu_clip_norm: bool = False
     seed: int = 0  # trial t uses seed + t (init of the head, dropout, data order)
     random_init: bool = False  # ignore init_checkpoint: train from random weights (a floor)
     strip_accents: Optional[bool] = None  # None: as the pretrained model (else True)

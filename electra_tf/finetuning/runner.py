@@ -174,7 +174,8 @@ def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: Finetuni
                 outputs = model(batch, training=True)
                 loss = summed_loss(outputs, batch[TASK_ID], task_names)
             grads = tape.gradient(loss, variables)
-            apply_gradients(optimizer, grads, variables)
+            apply_gradients(optimizer, grads, variables,
+                            sum_repeated_rows=not config.official_gpu_clip_norm)
             total += loss
         return total / tf.cast(num_steps, tf.float32)
 

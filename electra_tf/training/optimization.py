@@ -117,15 +117,19 @@ class ClippedGradients(NamedTuple):
 
 
 def _dedupe_indexed_slices(grad: tf.IndexedSlices) -> tf.IndexedSlices:
-    # An embedding gradient lists one row per lookup, so a token seen twice appears twice. The
-    # norm of `.values` (what tf.linalg.global_norm uses) would then differ from the norm of the
-    # dense gradient the official computes, so duplicate rows are summed first.
+    # An embedding gradient lists one row per lookup, so a token seen twice appears twice, and
+    # the norm of `.values` (what tf.linalg.global_norm uses) is not the gradient's norm. The
+    # official code computes the dense gradient only on TPU (use_tpu=True: one-hot embedding
+    # lookups, a dense matmul gradient); on CPU/GPU (use_tpu=False) it gathers and gets such
+    # rows, and its clip sees the unsummed ones. Duplicate rows are summed first, so the clip
+    # uses the true gradient norm: the official TPU path (docs/parity.md, item 32).
     unique_indices, positions = tf.unique(grad.indices)
     values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique_indices)[0])
     return tf.IndexedSlices(values, unique_indices, grad.dense_shape)
 
 
-def clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM) -> ClippedGradients:
+def clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM,
+                        sum_repeated_rows: bool = True) -> ClippedGradients:
     """Scales all gradients jointly so their global norm is at most `clip_norm` (parity item 32).
 
     g <- g * clip_norm / max(global_norm, clip_norm), with global_norm = sqrt(sum_i ||g_i||^2)
@@ -137,22 +141,31 @@ def clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM) -> Clippe
         grads: list of gradients, each a Tensor, an IndexedSlices (embedding lookups) or None (a
             variable that does not reach the loss, e.g. an unused head).
         clip_norm: float > 0.
+        sum_repeated_rows: bool. An IndexedSlices' rows of a repeated index are summed before
+            the norm (the gradient's true norm: the official TPU path, the default). False: its
+            rows enter the norm as they are, one per lookup (the official CPU/GPU path,
+            `use_tpu=False`; a larger or smaller norm when ids repeat). The clipped gradients
+            are the same sums of rows either way; only the scale differs.
 
     Returns:
         ClippedGradients(gradients, global_norm).
     """
     if clip_norm is None or clip_norm <= 0:
         raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    present = [g for g in grads if g is not None]
+    rows_norm = None if sum_repeated_rows or not present else tf.linalg.global_norm(present)
     grads = [_dedupe_indexed_slices(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    if all(g is None for g in grads):
+    if not present:
         return ClippedGradients(grads, tf.constant(0.0))
-    clipped, norm = tf.clip_by_global_norm(grads, clip_norm)
+    clipped, norm = tf.clip_by_global_norm(grads, clip_norm, use_norm=rows_norm)
     return ClippedGradients(list(clipped), norm)
 
 
-def _global_norm(grads: Sequence) -> tf.Tensor:
-    grads = [_dedupe_indexed_slices(g) if isinstance(g, tf.IndexedSlices) else g
-             for g in grads if g is not None]
+def _global_norm(grads: Sequence, sum_repeated_rows: bool = True) -> tf.Tensor:
+    grads = [g for g in grads if g is not None]
+    if sum_repeated_rows:
+        grads = [_dedupe_indexed_slices(g) if isinstance(g, tf.IndexedSlices) else g
+                 for g in grads]
     return tf.linalg.global_norm(grads) if grads else tf.constant(0.0)
 
 
@@ -166,7 +179,8 @@ def _scale(grad, factor):
 
 
 def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, variables: Sequence,
-                    clip_norm: Optional[float] = CLIP_NORM) -> tf.Tensor:
+                    clip_norm: Optional[float] = CLIP_NORM,
+                    sum_repeated_rows: bool = True) -> tf.Tensor:
     """Sums gradients across replicas, clips the sum by global norm, applies it. One train step.
 
     Call it where the gradients were computed: inside `strategy.run` (replica context) or with no
@@ -187,6 +201,7 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
         grads: list of gradients matching `variables`; None for variables outside the loss.
         variables: list of the trainable variables.
         clip_norm: float, or None to skip clipping (the norm is still returned).
+        sum_repeated_rows: bool. See `clip_by_global_norm` (False: the official CPU/GPU norm).
 
     Returns:
         float32 scalar: the global norm of the summed, unscaled gradients before clipping
@@ -210,9 +225,9 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
         scale = tf.convert_to_tensor(optimizer.dynamic_scale)
         grads = [_scale(g, 1.0 / scale) for g in grads]
     if clip_norm is None:
-        norm = _global_norm(grads)
+        norm = _global_norm(grads, sum_repeated_rows)
     else:
-        grads, norm = clip_by_global_norm(grads, clip_norm)
+        grads, norm = clip_by_global_norm(grads, clip_norm, sum_repeated_rows)
     if loss_scaled:
         grads = [_scale(g, scale) for g in grads]  # exact: the scale is a power of two
 

@@ -297,3 +297,59 @@ def test_model_with_every_head_family_round_trips_through_get_config():
     assert (head.beam_size, head.joint_prediction, head.answerable_weight) == (4, False, 0.25)
     with pytest.raises(ValueError, match="unknown head family 'nope'"):
         FinetuningModel(TINY_ENCODER, [{"name": "x", "family": "nope"}])
+
+
+def test_clip_norm_is_the_official_tpu_paths_unless_official_gpu_clip_norm():
+    """The word-embedding gradient arrives as one row per token occurrence. The clip's norm sums
+    the rows of repeated ids first: the true gradient norm, which the official code computes
+    on TPU (one-hot lookups, a dense gradient). `official_gpu_clip_norm` uses the rows as they
+    are, as the official code on CPU/GPU (use_tpu=False) does."""
+    model = FinetuningModel(TINY_ENCODER, [{"name": "a", "num_labels": 2},
+                                           {"name": "sts", "family": "regression"}])
+    ids = [[2, 5, 5, 5, 7, 3], [2, 7, 7, 9, 3, 0], [2, 5, 9, 9, 9, 3]]  # repeated ids
+    batch = {"input_ids": tf.constant(ids), "input_mask": tf.constant(
+        [[1] * 6, [1] * 5 + [0], [1] * 6]), "segment_ids": tf.zeros([3, 6], tf.int32),
+        "a_label_ids": tf.constant([1, 0, 0]), "sts_targets": tf.constant([0.0, 3.0, 0.0]),
+        "task_id": tf.constant([0, 1, 0])}
+    variables = model.trainable_variables
+    with tf.GradientTape() as tape:
+        loss = summed_loss(model(batch, training=False), batch["task_id"], ["a", "sts"]) * 1e3
+    grads = tape.gradient(loss, variables)
+    rows = [g for g in grads if isinstance(g, tf.IndexedSlices)]
+    assert rows, "no embedding gradient as rows"
+
+    def norm(gradients):
+        return math.sqrt(sum(float(tf.reduce_sum(tf.square(g))) for g in gradients))
+
+    dense = norm([tf.convert_to_tensor(g) for g in grads if g is not None])  # summed per id
+    per_row = norm([g.values if isinstance(g, tf.IndexedSlices) else g
+                    for g in grads if g is not None])
+    assert dense > 1.0 and abs(dense - per_row) > 1e-4 * dense  # the two paths differ here
+    for sum_rows, expected in ((True, dense), (False, per_row)):
+        optimizer = keras.optimizers.SGD(0.0)
+        got = apply_gradients(optimizer, grads, variables, sum_repeated_rows=sum_rows)
+        assert float(got) == pytest.approx(expected, rel=1e-5), sum_rows
+
+
+def test_official_gpu_clip_norm_reaches_the_training_step(tmp_path, monkeypatch):
+    from electra_tf.finetuning import runner
+    from electra_tf.finetuning.config import FinetuningConfig
+
+    assert FinetuningConfig.create("m", str(tmp_path)).official_gpu_clip_norm is False
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("sum_repeated_rows", True))
+        return apply_gradients(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "apply_gradients", recording)
+    model = FinetuningModel(TINY_ENCODER, [{"name": "a", "num_labels": 2}])
+    table = {"input_ids": np.tile([[2, 5, 5, 3]], (4, 1)), "input_mask": np.ones((4, 4), np.int32),
+             "segment_ids": np.zeros((4, 4), np.int32), "a_label_ids": np.array([0, 1, 0, 1]),
+             "task_id": np.zeros(4, np.int32)}
+    for flag in (False, True):
+        config = FinetuningConfig.create("m", str(tmp_path), {
+            "official_gpu_clip_norm": flag, "train_batch_size": 4, "num_train_epochs": 1,
+            "task_names": ["a"]})
+        runner.train(model, table, config, seed=0, task_names=["a"])
+    assert seen == [True, False]  # traced once per run: the rows summed, then as they are
