@@ -9,7 +9,14 @@
   and applies it, so a distributed step at a given global batch matches one device.
 * `create_optimizer`: builds the optimizer and schedule from a `PretrainingConfig`.
 
-Distributed use: Keras 3's TF optimizer, when `apply()` runs in a replica context, first sums the
+Backends: the schedule, the optimizers, the clip and `apply_gradients` run on TensorFlow, JAX and
+PyTorch. On TensorFlow, gradients may be IndexedSlices and steps may run under tf.distribute, so the
+clip, the norm and the cross-replica sum go through `tf_update` (tf.clip_by_global_norm, the kernels
+TensorFlow always ran). On JAX and PyTorch the gradients are dense arrays, clipped in keras.ops by
+`dense_clip_by_global_norm`, the same formula (tested against tf.clip_by_global_norm). TensorFlow is
+imported only on the TensorFlow backend.
+
+Distributed use (TensorFlow): Keras 3's TF optimizer, when `apply()` runs in a replica context, first sums the
 gradients across replicas (`TFOptimizer._backend_update_step` -> `_all_reduce_sum_gradients`) and
 then updates every replica's copy of each variable. Its own `global_clipnorm` runs before that sum,
 so it clips each replica's partial gradient, which is not the official semantics. `apply_gradients`
@@ -20,13 +27,18 @@ inside a scope that tells the project optimizers to skip their own (now redundan
 from __future__ import annotations
 
 import contextlib
-from typing import List, NamedTuple, Optional, Sequence, Union
+from typing import Any, List, NamedTuple, Optional, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from electra_tf.training.optimizers import (AdamWeightDecay, DecoupledWeightDecayOptimizer, Lamb,
                                             LrMultipliers)
+
+if keras.backend.backend() == "tensorflow":
+    from electra_tf.training import tf_update
+else:
+    tf_update = None  # JAX / PyTorch: dense gradients, no tf.distribute
 
 # create_optimizer(): tf.clip_by_global_norm(grads, clip_norm=1.0) (official).
 CLIP_NORM = 1.0
@@ -81,13 +93,14 @@ class WarmupPolynomialDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def __call__(self, step):
         """Returns the learning rate (float32 scalar) at `step` (the number of updates applied)."""
-        with tf.name_scope("warmup_polynomial_decay"):
-            step = tf.cast(step, tf.float32)
+        with keras.name_scope("warmup_polynomial_decay"):
+            step = ops.cast(step, "float32")
             total = float(self.num_train_steps)
-            remaining = 1.0 - tf.minimum(step, total) / total
-            lr = self.learning_rate * tf.pow(remaining, float(self.lr_decay_power))
+            remaining = ops.subtract(1.0, ops.divide(ops.minimum(step, total), total))
+            lr = ops.multiply(self.learning_rate,
+                              ops.power(remaining, float(self.lr_decay_power)))
             if self.warmup_steps > 0:
-                lr = lr * tf.minimum(1.0, step / self.warmup_steps)
+                lr = ops.multiply(lr, ops.minimum(1.0, ops.divide(step, self.warmup_steps)))
             return lr
 
     def get_config(self) -> dict:
@@ -107,25 +120,13 @@ class ClippedGradients(NamedTuple):
     """Result of `clip_by_global_norm`.
 
     Attributes:
-        gradients: list, the clipped gradients (None kept as None, IndexedSlices kept as
-            IndexedSlices with unique indices).
+        gradients: list, the clipped gradients (None kept as None; on TensorFlow, IndexedSlices
+            kept as IndexedSlices with unique indices).
         global_norm: float32 scalar, the joint norm BEFORE clipping.
     """
 
-    gradients: List[Optional[Union[tf.Tensor, tf.IndexedSlices]]]
-    global_norm: tf.Tensor
-
-
-def _dedupe_indexed_slices(grad: tf.IndexedSlices) -> tf.IndexedSlices:
-    # An embedding gradient lists one row per lookup, so a token seen twice appears twice, and
-    # the norm of `.values` (what tf.linalg.global_norm uses) is not the gradient's norm. The
-    # official code computes the dense gradient only on TPU (use_tpu=True: one-hot embedding
-    # lookups, a dense matmul gradient); on CPU/GPU (use_tpu=False) it gathers and gets such
-    # rows, and its clip sees the unsummed ones. Duplicate rows are summed first, so the clip
-    # uses the true gradient norm: the official TPU path (docs/parity.md, item 32).
-    unique_indices, positions = tf.unique(grad.indices)
-    values = tf.math.unsorted_segment_sum(grad.values, positions, tf.shape(unique_indices)[0])
-    return tf.IndexedSlices(values, unique_indices, grad.dense_shape)
+    gradients: List[Any]
+    global_norm: Any
 
 
 def clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM,
@@ -137,54 +138,91 @@ def clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM,
     non-finite norm makes every gradient NaN (tf.clip_by_global_norm's behaviour), so a diverged
     step is visible rather than silently rescaled.
 
+    On TensorFlow an embedding's IndexedSlices gradient has its repeated rows summed first
+    (`tf_update`), then `tf.clip_by_global_norm` clips; JAX and PyTorch give the embedding a
+    dense gradient, which is that summed gradient already, and `dense_clip_by_global_norm`
+    applies the same formula.
+
     Args:
-        grads: list of gradients, each a Tensor, an IndexedSlices (embedding lookups) or None (a
-            variable that does not reach the loss, e.g. an unused head).
+        grads: list of gradients, each a Tensor, an IndexedSlices (embedding lookups, TensorFlow)
+            or None (a variable that does not reach the loss, e.g. an unused head).
         clip_norm: float > 0.
         sum_repeated_rows: bool. An IndexedSlices' rows of a repeated index are summed before
             the norm (the gradient's true norm: the official TPU path, the default). False: its
             rows enter the norm as they are, one per lookup (the official CPU/GPU path,
             `use_tpu=False`; a larger or smaller norm when ids repeat). The clipped gradients
-            are the same sums of rows either way; only the scale differs.
+            are the same sums of rows either way; only the scale differs. TensorFlow only.
+
+    Returns:
+        ClippedGradients(gradients, global_norm).
+
+    Raises:
+        ValueError: clip_norm <= 0, or sum_repeated_rows=False off TensorFlow.
+    """
+    if clip_norm is None or clip_norm <= 0:
+        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
+    if tf_update is not None:
+        return ClippedGradients(*tf_update.clip_by_global_norm(grads, clip_norm,
+                                                               sum_repeated_rows))
+    _check_rows_summed(sum_repeated_rows)
+    return dense_clip_by_global_norm(grads, clip_norm)
+
+
+def dense_clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM) -> ClippedGradients:
+    """`clip_by_global_norm` for dense gradients in keras.ops (the JAX and PyTorch clip).
+
+    tf.clip_by_global_norm's formula: scale = clip_norm * min(1 / norm, 1 / clip_norm), i.e.
+    clip_norm / max(norm, clip_norm) for a finite norm, plus (norm - norm), which is 0 for a
+    finite norm and NaN otherwise (a diverged step shows as NaN, as on TensorFlow).
+
+    Args:
+        grads: list of dense gradients (arrays or tensors of any backend) or None.
+        clip_norm: float > 0.
 
     Returns:
         ClippedGradients(gradients, global_norm).
     """
-    if clip_norm is None or clip_norm <= 0:
-        raise ValueError(f"clip_norm must be > 0, got {clip_norm}")
-    present = [g for g in grads if g is not None]
-    rows_norm = None if sum_repeated_rows or not present else tf.linalg.global_norm(present)
-    grads = [_dedupe_indexed_slices(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    if not present:
-        return ClippedGradients(grads, tf.constant(0.0))
-    clipped, norm = tf.clip_by_global_norm(grads, clip_norm, use_norm=rows_norm)
-    return ClippedGradients(list(clipped), norm)
+    norm = _dense_global_norm(grads)
+    scale = ops.multiply(clip_norm, ops.minimum(ops.divide(1.0, norm), 1.0 / clip_norm))
+    scale = ops.add(scale, ops.subtract(norm, norm))
+    return ClippedGradients([None if g is None else ops.multiply(g, ops.cast(scale, g.dtype))
+                             for g in grads], norm)
 
 
-def _global_norm(grads: Sequence, sum_repeated_rows: bool = True) -> tf.Tensor:
-    grads = [g for g in grads if g is not None]
-    if sum_repeated_rows:
-        grads = [_dedupe_indexed_slices(g) if isinstance(g, tf.IndexedSlices) else g
-                 for g in grads]
-    return tf.linalg.global_norm(grads) if grads else tf.constant(0.0)
+def _dense_global_norm(grads: Sequence):
+    squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None]
+    if not squares:
+        return ops.convert_to_tensor(0.0, "float32")
+    return ops.sqrt(ops.sum(ops.stack(squares)))
+
+
+def _check_rows_summed(sum_repeated_rows: bool) -> None:
+    if not sum_repeated_rows:
+        raise ValueError(f"sum_repeated_rows=False needs TensorFlow's IndexedSlices gradients; "
+                         f"on {keras.backend.backend()} an embedding's gradient is dense, its "
+                         "repeated rows already summed")
+
+
+def _global_norm(grads: Sequence, sum_repeated_rows: bool = True):
+    if tf_update is not None:
+        return tf_update.global_norm(grads, sum_repeated_rows)
+    _check_rows_summed(sum_repeated_rows)
+    return _dense_global_norm(grads)
 
 
 def _scale(grad, factor):
-    if grad is None:
-        return None
-    if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices,
-                                grad.dense_shape)
-    return grad * tf.cast(factor, grad.dtype)
+    if tf_update is not None:
+        return tf_update.scale(grad, factor)  # IndexedSlices too
+    return None if grad is None else ops.multiply(grad, ops.cast(factor, grad.dtype))
 
 
 def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, variables: Sequence,
                     clip_norm: Optional[float] = CLIP_NORM,
-                    sum_repeated_rows: bool = True) -> tf.Tensor:
+                    sum_repeated_rows: bool = True):
     """Sums gradients across replicas, clips the sum by global norm, applies it. One train step.
 
     Call it where the gradients were computed: inside `strategy.run` (replica context) or with no
-    strategy at all. Each replica's loss must be its CONTRIBUTION to the global loss (e.g. summed
+    strategy at all (JAX and PyTorch: no strategy, one global gradient). Each replica's loss must be its CONTRIBUTION to the global loss (e.g. summed
     per-example losses divided by the global batch size), so that the cross-replica sum of the
     gradients is the gradient of the global loss. The clip then sees the same global gradient as
     one device with the whole batch, and so does the update (official: clip over all variables
@@ -210,19 +248,18 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
     grads = list(grads)
     variables = list(variables)
     replica_context = _check_can_apply(optimizer, grads, variables)
-    num_replicas = replica_context.num_replicas_in_sync
+    num_replicas = 1 if replica_context is None else replica_context.num_replicas_in_sync
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     inner = optimizer.inner_optimizer if loss_scaled else optimizer
     present = [i for i, g in enumerate(grads) if g is not None]
     if not present:
         raise ValueError("apply_gradients: every gradient is None (no variable reaches the loss)")
     if num_replicas > 1:
-        summed = replica_context.all_reduce(tf.distribute.ReduceOp.SUM,
-                                            [grads[i] for i in present])
+        summed = tf_update.all_reduce_sum(replica_context, [grads[i] for i in present])
         for i, g in zip(present, summed):
             grads[i] = g
     if loss_scaled:
-        scale = tf.convert_to_tensor(optimizer.dynamic_scale)
+        scale = ops.convert_to_tensor(optimizer.dynamic_scale)
         grads = [_scale(g, 1.0 / scale) for g in grads]
     if clip_norm is None:
         norm = _global_norm(grads, sum_repeated_rows)
@@ -240,18 +277,16 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
 
 
 def _check_can_apply(optimizer: keras.optimizers.Optimizer, grads: List, variables: List):
-    """The replica context `apply_gradients` runs in; builds a single-device optimizer if needed.
+    """The replica context `apply_gradients` runs in (None off TensorFlow); builds a
+    single-device optimizer if needed.
 
     Raises:
         ValueError, RuntimeError, TypeError: a call that cannot give the official update.
     """
     if len(grads) != len(variables):
         raise ValueError(f"apply_gradients: {len(grads)} gradients for {len(variables)} variables")
-    if tf.distribute.in_cross_replica_context():
-        raise RuntimeError("apply_gradients must run in a replica context: call it inside "
-                           "strategy.run(...), where the gradients were computed")
-    replica_context = tf.distribute.get_replica_context()
-    num_replicas = replica_context.num_replicas_in_sync
+    replica_context = None if tf_update is None else tf_update.replica_context()
+    num_replicas = 1 if replica_context is None else replica_context.num_replicas_in_sync
     inner = (optimizer.inner_optimizer
              if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else optimizer)
     if num_replicas > 1 and not isinstance(inner, DecoupledWeightDecayOptimizer):

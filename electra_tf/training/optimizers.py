@@ -12,10 +12,17 @@ keras-hub layer. A Keras 3 variable's `.name` is only its last component ("gamma
 could never match "LayerNorm", so `.name` is used only for raw `tf.Variable`s, which have no `.path`
 (without the ":0" suffix). Patterns are matched with `re.search`, as the official does.
 
-Distribution: Keras 3's TF optimizer, when `apply()` runs in a replica context, first sums the
-gradients across replicas (`TFOptimizer._backend_update_step` -> `_all_reduce_sum_gradients`).
-`optimization.apply_gradients` sums (and clips) them itself, then applies them inside
-`_gradients_summed_across_replicas()`, which tells these optimizers to skip their own sum.
+Backends: `update_step` is keras.ops, the same function on TensorFlow, JAX and PyTorch
+(tests/training/test_optimizers_backends.py). On TensorFlow, `AdamWeightDecay` runs one-device
+variables through the fused ResourceApplyAdam kernel instead (`tf_update.fused_adamw_update`, the
+same function to float rounding), and IndexedSlices gradients are densified first; TensorFlow is
+imported only there, so the JAX and PyTorch paths never import it.
+
+Distribution (TensorFlow): Keras 3's TF optimizer, when `apply()` runs in a replica context, first
+sums the gradients across replicas (`TFOptimizer._backend_update_step` ->
+`_all_reduce_sum_gradients`). `optimization.apply_gradients` sums (and clips) them itself, then
+applies them inside `_gradients_summed_across_replicas()`, which tells these optimizers to skip
+their own sum.
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ import threading
 from typing import Callable, Mapping, Optional, Sequence, Union
 
 import keras
-import tensorflow as tf
+from keras import ops
+
+if keras.backend.backend() == "tensorflow":
+    from electra_tf.training import tf_update
+else:
+    tf_update = None  # JAX / PyTorch: dense gradients, no fused kernels, no tf.distribute
 
 # --- Official constants (google-research/electra model/optimization.py) -------------------------
 # AdamWeightDecayOptimizer(beta_1=0.9, beta_2=0.999, epsilon=1e-6, ...).
@@ -53,6 +65,13 @@ def variable_name(variable) -> str:
         return path
     return re.sub(r":\d+$", "", variable.name)
 
+
+def _fusable_handles(variable, m, v):
+    """The resource handles of TensorFlow's fused kernels (`tf_update.fusable_handles`), or None:
+    another backend, or a distributed variable, which take the keras.ops update."""
+    if tf_update is None:
+        return None
+    return tf_update.fusable_handles(variable, m, v)
 
 
 class _ReplicaSumState:
@@ -163,15 +182,18 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
     def _moments(self, gradient, variable, index):
         """Updates m and v in place and returns their new values (no bias correction)."""
         dtype = variable.dtype
-        # Dense, as the official: m and v of rows without gradient still decay, and weight decay
-        # touches every row of an embedding table.
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
+        if tf_update is not None:
+            gradient = tf_update.dense(gradient)  # IndexedSlices: every row's m, v decays
+        gradient = ops.cast(gradient, dtype)
         m_var = self._adam_m[index]
         v_var = self._adam_v[index]
-        beta_1 = tf.cast(self.beta_1, dtype)
-        beta_2 = tf.cast(self.beta_2, dtype)
-        next_m = beta_1 * m_var + (1.0 - beta_1) * gradient
-        next_v = beta_2 * v_var + (1.0 - beta_2) * tf.square(gradient)
+        # Betas in the variable's dtype, so 1 - beta rounds alike on every backend.
+        beta_1 = ops.cast(self.beta_1, dtype)
+        beta_2 = ops.cast(self.beta_2, dtype)
+        next_m = ops.add(ops.multiply(beta_1, m_var),
+                         ops.multiply(ops.subtract(1.0, beta_1), gradient))
+        next_v = ops.add(ops.multiply(beta_2, v_var),
+                         ops.multiply(ops.subtract(1.0, beta_2), ops.square(gradient)))
         self.assign(m_var, next_m)
         self.assign(v_var, next_v)
         return next_m, next_v
@@ -203,22 +225,6 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
         # Keras' base from_config replaces config["learning_rate"] in place; work on a copy so
         # the caller's (JSON) config is left untouched.
         return super().from_config(dict(config), custom_objects=custom_objects)
-
-
-def _fusable_handles(variable, m, v):
-    """(var handle, m handle, v handle, var) when all three are plain resource variables, else None.
-
-    The fused kernels take resource handles, which are only unambiguous for ordinary (one-device)
-    variables; distributed variables (MirroredStrategy) keep the per-op path, whose assignments
-    go through tf.distribute's update context.
-    """
-    values = [getattr(x, "value", x) if isinstance(x, keras.Variable) else x
-              for x in (variable, m, v)]
-    for x in values:
-        if (isinstance(x, tf.distribute.DistributedValues) or not isinstance(x, tf.Variable)
-                or not hasattr(x, "handle")):
-            return None
-    return values[0].handle, values[1].handle, values[2].handle, values[0]
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -261,41 +267,23 @@ class AdamWeightDecay(DecoupledWeightDecayOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
+        lr = ops.multiply(ops.cast(learning_rate, dtype), self._lr_multiplier_values[index])
         handles = _fusable_handles(variable, self._adam_m[index], self._adam_v[index])
         if handles is not None:
             self._fused_update(gradient, handles, lr, index)
             return
         next_m, next_v = self._moments(gradient, variable, index)
-        update = next_m / (tf.sqrt(next_v) + tf.cast(self.epsilon, dtype))
+        update = ops.divide(next_m, ops.add(ops.sqrt(next_v), ops.cast(self.epsilon, dtype)))
         if self._weight_decay_flags[index]:
-            update += tf.cast(self.weight_decay_rate, dtype) * variable
-        self.assign_sub(variable, lr * update)
+            update = ops.add(update, ops.multiply(ops.cast(self.weight_decay_rate, dtype),
+                                                  variable))
+        self.assign_sub(variable, ops.multiply(lr, update))
 
     def _fused_update(self, gradient, handles, lr, index):
-        """The same update with TensorFlow's fused kernels: one pass over m, v and the weights.
-
-        ResourceApplyAdam computes m, v and var -= lr_t * m / (sqrt(v) + epsilon) in one
-        vectorised loop, with lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power): powers of 0
-        give lr_t = lr, i.e. the official update WITHOUT bias correction. The decoupled decay
-        lr * wd * var is taken from the weights before the Adam step (as official: the step does
-        not read the weights), by one fused var -= alpha * var. Equal to the unfused formula up to
-        float rounding (tests/training/test_optimization.py compares both with the float64 reference).
-        Measured on ELECTRA-small (13.5M weights, 2-core CPU): ~17 elementwise passes per
-        variable become 1-2.
-        """
-        var_handle, m_handle, v_handle, var = handles
-        dtype = var.dtype
-        gradient = tf.cast(tf.convert_to_tensor(gradient), dtype)
-        if self._weight_decay_flags[index]:
-            tf.raw_ops.ResourceApplyGradientDescent(
-                var=var_handle, alpha=lr * tf.cast(self.weight_decay_rate, dtype),
-                delta=var.read_value())
-        zero = tf.constant(0.0, dtype)
-        tf.raw_ops.ResourceApplyAdam(
-            var=var_handle, m=m_handle, v=v_handle, beta1_power=zero, beta2_power=zero, lr=lr,
-            beta1=tf.cast(self.beta_1, dtype), beta2=tf.cast(self.beta_2, dtype),
-            epsilon=tf.cast(self.epsilon, dtype), grad=gradient)
+        """The same update with TensorFlow's fused kernels (`tf_update.fused_adamw_update`)."""
+        tf_update.fused_adamw_update(
+            gradient, handles, lr, self.beta_1, self.beta_2, self.epsilon,
+            self.weight_decay_rate if self._weight_decay_flags[index] else None)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -350,22 +338,30 @@ class Lamb(DecoupledWeightDecayOptimizer):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
         next_m, next_v = self._moments(gradient, variable, index)
-        t = tf.cast(self.iterations + 1, dtype)
-        m_hat = next_m / (1.0 - tf.pow(tf.cast(self.beta_1, dtype), t))
-        v_hat = next_v / (1.0 - tf.pow(tf.cast(self.beta_2, dtype), t))
-        update = m_hat / (tf.sqrt(v_hat) + tf.cast(self.epsilon, dtype))
+        t = ops.cast(ops.add(self.iterations, 1), dtype)
+        m_hat = ops.divide(next_m, ops.subtract(1.0, ops.power(ops.cast(self.beta_1, dtype), t)))
+        v_hat = ops.divide(next_v, ops.subtract(1.0, ops.power(ops.cast(self.beta_2, dtype), t)))
+        update = ops.divide(m_hat, ops.add(ops.sqrt(v_hat), ops.cast(self.epsilon, dtype)))
         if self._weight_decay_flags[index]:
-            update += tf.cast(self.weight_decay_rate, dtype) * variable
-        ratio = tf.constant(1.0, dtype)
+            update = ops.add(update, ops.multiply(ops.cast(self.weight_decay_rate, dtype),
+                                                  variable))
+        ratio = ops.cast(1.0, dtype)
         if self._layer_adaptation_flags[index]:
-            w_norm = tf.norm(variable)
-            u_norm = tf.norm(update)
+            w_norm = _l2_norm(variable)
+            u_norm = _l2_norm(update)
             # Both branches are evaluated; a 0 norm's inf only ever lands in an unselected one.
-            ratio = tf.where(w_norm > 0.0, tf.where(u_norm > 0.0, w_norm / u_norm, 1.0), 1.0)
-        lr = tf.cast(learning_rate, dtype) * self._lr_multiplier_values[index]
-        self.assign_sub(variable, lr * ratio * update)
+            ratio = ops.where(ops.greater(w_norm, 0.0),
+                              ops.where(ops.greater(u_norm, 0.0), ops.divide(w_norm, u_norm), 1.0),
+                              1.0)
+        lr = ops.multiply(ops.cast(learning_rate, dtype), self._lr_multiplier_values[index])
+        self.assign_sub(variable, ops.multiply(ops.multiply(lr, ratio), update))
 
     def get_config(self) -> dict:
         config = super().get_config()
         config["exclude_from_layer_adaptation"] = self.exclude_from_layer_adaptation
         return config
+
+
+def _l2_norm(x):
+    """The Frobenius norm of a whole tensor (tf.norm's default), a scalar."""
+    return ops.sqrt(ops.sum(ops.square(x)))
