@@ -4,7 +4,8 @@ bfloat16 halves the matmuls' memory traffic and, where the hardware multiplies b
 doubles (AVX512_BF16) or multiplies many times over (AMX, tensor cores, TPU MXUs) their speed.
 Where it does not, TensorFlow emulates it: on an AMD EPYC Zen 3 (AVX2 + FMA, no AVX-512)
 every bf16 MatMul ran in Eigen's scalar `TensorContraction<bfloat16>` and ELECTRA-small
-pretraining at batch 32 ran at 1.0 sequences/s against 7.3 in float32 (issue 30). So one
+pretraining at batch 32 ran at 1.0 sequences/s against 7.3 in float32 (issue 30; 1.9 against
+12.4 with oneDNN's float32 kernels, `electra_tf/onednn.py`). So one
 command line must not mean one precision on every machine: `auto` decides per device.
 
 The decision table (`resolve`, a pure function of the requested policy and the `DeviceFacts`):
@@ -44,7 +45,7 @@ NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
 MIN_BF16_COMPUTE_CAPABILITY = (8, 0)
 # What the emulation costs, as measured (issue 30; docs/benchmarks.md): quoted in the warnings.
 EMULATED_BF16_SLOWDOWN = ("~7x slower than float32 (ELECTRA-small pretraining at batch 32 on an "
-                          "AMD EPYC Zen 3: 1.0 against 7.3 sequences/s)")
+                          "AMD EPYC Zen 3: 1.9 against 12.4 sequences/s)")
 
 
 # The tools' `--help` paragraph on the mixed_precision hparam.

@@ -41,6 +41,7 @@ _C_SALT = 0x9E3779B1
 _C_EXAMPLE = 0x85EBCA77
 _C_ELEMENT = 0xC2B2AE3D
 _C_ROW = 0x7FEB352D
+_C_SUB = 0x68E31DA4
 
 IntLike = Union[int, "keras.KerasTensor"]
 
@@ -104,6 +105,11 @@ def example_keys(key, first_example: IntLike, batch_size: int):
     return _link(key, index, _C_EXAMPLE)
 
 
+def subkeys(keys, index: int):
+    """int32 keys of an independent sub-stream `index` of each example (one draw of several)."""
+    return _link(keys, _i32(index), _C_SUB)
+
+
 def element_bits(keys, shape: Sequence[int]):
     """int32 [B, *shape]: one hashed word per element of each example.
 
@@ -162,19 +168,20 @@ def dropout_bits(seed, shape):
 
     Args:
         seed: int32 [2], e.g. `keras_seed(layer.seed_generator)`.
-        shape: the static shape (ints).
+        shape: the shape, `ops.shape(x)`: ints, or on TensorFlow scalar int32 tensors for the
+            dimensions unknown when tracing.
     """
     seed = ops.cast(seed, "int32")
     key = fmix32(ops.add(fmix32(ops.add(seed[0], _i32(_C_DROP_SEED))),
                          ops.multiply(seed[1], _i32(_C_DROP_ROW))))
     rows = 1
     for size in shape[:-1]:
-        rows *= int(size)
+        rows = rows * size
     row_keys = fmix32(ops.add(ops.multiply(ops.arange(rows, dtype="int32"), _i32(_C_DROP_ROW)),
                               key))
-    columns = ops.multiply(ops.arange(int(shape[-1]), dtype="int32"), _i32(_C_DROP_COL))
+    columns = ops.multiply(ops.arange(shape[-1], dtype="int32"), _i32(_C_DROP_COL))
     bits = fmix32(ops.add(ops.expand_dims(row_keys, -1), ops.expand_dims(columns, 0)))
-    return ops.reshape(bits, tuple(int(d) for d in shape))
+    return ops.reshape(bits, tuple(shape))
 
 
 def keep_mask(bits, rate: float):

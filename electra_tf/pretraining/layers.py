@@ -7,10 +7,11 @@ implementation of each): `ElectraMasking` over `masking.mask_inputs` (official `
 `_get_discriminator_output`). `ElectraPretrainer` is composed of them, and they build the same
 objective around any encoder, e.g. keras-hub backbones (docs/keras.md).
 
-Randomness: masking and sampling draw from stateless per-example seeds (`seeds.py`). Call them
-with the step's `seed` (an int [2] tensor such as [run seed, step]) or a scalar step (folded
-with the layer's own `seed` argument); without one they use [seed, 0], i.e. the same draws on
-every call. Inside `tf.data`, number the batches:
+Randomness: masking and sampling draw from counter-based per-example keys (`seeds.py`,
+`electra_tf.modeling.rng`): the same draws on every Keras backend. Call them with the step's
+`seed` (an int [2] tensor such as [run seed, step]) or a scalar step (paired with the layer's own
+`seed` argument); without one they use [seed, 0], i.e. the same draws on every call. On the
+TensorFlow backend they also run inside `tf.data`; number the batches:
 
     dataset = dataset.repeat().enumerate().map(lambda step, batch: masking(batch, seed=step))
 
@@ -23,8 +24,9 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
+from electra_tf.modeling import rng
 from electra_tf.modeling.heads import DiscriminatorHead
 from electra_tf.pretraining import losses, masking, sampling, seeds, whole_word
 from electra_tf.vocab import SpecialTokens
@@ -32,25 +34,33 @@ from electra_tf.vocab import SpecialTokens
 MASKED_KEYS = masking.MaskedInputs._fields
 
 
-def step_seed(seed, base_seed: int) -> tf.Tensor:
-    """The [2] stateless seed of one call: `seed` itself, [base_seed, seed] for a scalar step,
-    or [base_seed, 0] for None."""
+def step_seed(seed, base_seed: int):
+    """The int32 [2] seed of one call: `seed` itself, [base_seed, seed] for a scalar step, or
+    [base_seed, 0] for None. Seeds are taken modulo 2^32 (`rng.int32_bits`)."""
     if seed is None:
-        return tf.constant([base_seed, 0], tf.int64)
-    seed = tf.convert_to_tensor(seed)
-    if seed.shape.rank == 0:
-        return tf.stack([tf.constant(base_seed, tf.int64), tf.cast(seed, tf.int64)])
-    return seed
+        return ops.convert_to_tensor([rng.int32_bits(base_seed), 0], "int32")
+    if isinstance(seed, int):
+        return ops.convert_to_tensor([rng.int32_bits(base_seed), rng.int32_bits(seed)], "int32")
+    seed = ops.convert_to_tensor(seed)
+    if len(seed.shape) == 0:
+        return ops.stack([ops.convert_to_tensor(rng.int32_bits(base_seed), "int32"),
+                          ops.cast(seed, "int32")])
+    return ops.cast(seed, "int32")
 
 
-def example_offset_or_replica(example_offset, batch_size) -> tf.Tensor:
+def example_offset_or_replica(example_offset, batch_size):
     """Global index of the first example: given, or this replica's (`seeds.replica_example_offset`)."""
     if example_offset is None:
         return seeds.replica_example_offset(batch_size)
-    return tf.cast(example_offset, tf.int64)
+    return ops.cast(example_offset, "int32")
 
 
-def masked_inputs(values: Mapping[str, tf.Tensor]) -> masking.MaskedInputs:
+def batch_size_of(x):
+    """The (static if known) batch size of `x`."""
+    return x.shape[0] if x.shape[0] is not None else ops.shape(x)[0]
+
+
+def masked_inputs(values: Mapping[str, object]) -> masking.MaskedInputs:
     """A `MaskedInputs` from a dict with its fields (e.g. `ElectraMasking`'s output)."""
     return masking.MaskedInputs(**{k: values[k] for k in MASKED_KEYS})
 
@@ -109,16 +119,16 @@ class ElectraMasking(keras.layers.Layer):
         self.built = True  # no variables
 
     def call(self, inputs, seed=None, example_offset=None):
-        input_ids = tf.cast(inputs["input_ids"], tf.int32)
-        batch_size = tf.shape(input_ids)[0]
-        example_seeds = seeds.example_seeds(
+        input_ids = ops.cast(inputs["input_ids"], "int32")
+        batch_size = batch_size_of(input_ids)
+        keys = seeds.example_keys(
             step_seed(seed, self.seed), example_offset_or_replica(example_offset, batch_size),
             batch_size, salt=seeds.MASKING_SALT)
         masked = masking.mask_inputs(
-            input_ids, tf.cast(inputs["input_mask"], tf.int32),
-            tf.cast(inputs["segment_ids"], tf.int32), special=self._special,
+            input_ids, ops.cast(inputs["input_mask"], "int32"),
+            ops.cast(inputs["segment_ids"], "int32"), special=self._special,
             mask_prob=self.mask_prob, max_predictions_per_seq=self.max_predictions_per_seq,
-            seeds=example_seeds, with_replacement=self.mask_with_replacement,
+            keys=keys, with_replacement=self.mask_with_replacement,
             whole_word_masking=self.whole_word_masking,
             word_starts=self._word_starts(inputs, input_ids) if self.whole_word_masking else None)
         return masked._asdict()
@@ -196,12 +206,12 @@ class ElectraFakeData(keras.layers.Layer):
         self.built = True  # no variables
 
     def call(self, masked, mlm_logits, seed=None, example_offset=None):
-        batch_size = tf.shape(masked["input_ids"])[0]
-        example_seeds = seeds.example_seeds(
+        batch_size = batch_size_of(masked["input_ids"])
+        keys = seeds.example_keys(
             step_seed(seed, self.seed), example_offset_or_replica(example_offset, batch_size),
             batch_size, salt=seeds.SAMPLING_SALT)
         fake = sampling.make_fake_inputs(
-            masked_inputs(masked), mlm_logits, seeds=example_seeds, temperature=self.temperature,
+            masked_inputs(masked), mlm_logits, keys=keys, temperature=self.temperature,
             disallow_correct=self.disallow_correct)
         return dict(fake._asdict(), input_mask=masked["input_mask"],
                     segment_ids=masked["segment_ids"])

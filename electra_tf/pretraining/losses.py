@@ -5,31 +5,39 @@ Both follow the official normalisation: a weighted sum over the whole batch divi
 not a mean of per-example means. All math is float32 whatever the logits' dtype, so mixed
 precision changes nothing here.
 
+Everything is `keras.ops` (every backend); on TensorFlow the MLM cross-entropy keeps a faster
+hand-written gradient of the same function (`_tf_softmax_cross_entropy`).
+
 Under `tf.distribute` the denominator is the GLOBAL sum of weights (all-reduced across replicas)
 while the numerator stays local, so each replica returns its CONTRIBUTION
 local_sum / (global_weight_sum + 1e-6). Summing the per-replica losses
 (`strategy.reduce(SUM, ...)`) gives exactly the one-device loss of the global batch, and, since
 the denominator is a constant for differentiation, the replicas' gradients summed by the
 optimizer's all-reduce equal the one-device gradient. Do NOT divide these losses by
-`num_replicas_in_sync` again. Outside a strategy (or with one replica) they are plain batch losses.
+`num_replicas_in_sync` again. Outside a strategy (or with one replica) they are plain batch losses. On JAX and PyTorch a step
+sees the whole global batch (keras.distribution shards its arrays), so the sums are global as
+they are.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+import functools
+from typing import Any, NamedTuple, Optional
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 # Official get_softmax_output / _get_discriminator_output: `loss = sum / (sum(weights) + 1e-6)`.
 LOSS_DENOMINATOR_EPS = 1e-6
 
 
-def global_sum(x: tf.Tensor) -> tf.Tensor:
+def global_sum(x):
     """Sum of `x` over all replicas in sync, or `x` itself when there is nothing to sum over.
 
-    Inside a replica context with more than one replica this is an all-reduce, so every replica
-    must call it (the loss functions below do so unconditionally). In cross-replica context, or
-    with a single replica, it returns `x` unchanged.
+    Inside a tf.distribute replica context with more than one replica this is an all-reduce, so
+    every replica must call it (the loss functions below do so unconditionally). In cross-replica
+    context, with a single replica, or on another backend (one program over the global batch),
+    it returns `x` unchanged.
 
     Args:
         x: tensor (typically a float32 scalar).
@@ -37,6 +45,10 @@ def global_sum(x: tf.Tensor) -> tf.Tensor:
     Returns:
         Tensor of the same shape and dtype.
     """
+    if keras.backend.backend() != "tensorflow":
+        return x
+    import tensorflow as tf
+
     ctx = tf.distribute.get_replica_context()
     if ctx is None or ctx.num_replicas_in_sync == 1:
         return x
@@ -53,9 +65,9 @@ class MLMLoss(NamedTuple):
         predictions: int32 [batch_size, N]. argmax of the logits (official `preds`).
     """
 
-    loss: tf.Tensor
-    per_position_nll: tf.Tensor
-    predictions: tf.Tensor
+    loss: Any
+    per_position_nll: Any
+    predictions: Any
 
 
 class RTDLoss(NamedTuple):
@@ -68,14 +80,13 @@ class RTDLoss(NamedTuple):
         preds: int32 [batch_size, seq_length]. 1 iff logit > 0.
     """
 
-    loss: tf.Tensor
-    per_example_loss: tf.Tensor
-    probs: tf.Tensor
-    preds: tf.Tensor
+    loss: Any
+    per_example_loss: Any
+    probs: Any
+    preds: Any
 
 
-def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.Tensor,
-             denominator: Optional[tf.Tensor] = None) -> MLMLoss:
+def mlm_loss(logits, masked_lm_ids, masked_lm_weights, denominator=None) -> MLMLoss:
     """Generator loss: sum(w * nll) / (global sum(w) + 1e-6) over the masked slots.
 
     Duplicate masked positions are separate slots and count twice, as in the official code.
@@ -90,27 +101,25 @@ def mlm_loss(logits: tf.Tensor, masked_lm_ids: tf.Tensor, masked_lm_weights: tf.
     Returns:
         An `MLMLoss`.
     """
-    logits = tf.cast(logits, tf.float32)
-    weights = tf.cast(masked_lm_weights, tf.float32)
-    shape = tf.shape(logits)
-    flat = tf.reshape(logits, [-1, shape[-1]])
-    nll, predictions = _softmax_cross_entropy(flat, tf.reshape(tf.cast(masked_lm_ids, tf.int32), [-1]))
-    nll = tf.reshape(nll, shape[:-1])
-    predictions = tf.reshape(predictions, shape[:-1])
-    loss = tf.reduce_sum(weights * nll) / _denominator(weights, denominator)
+    logits = ops.cast(logits, "float32")
+    weights = ops.cast(masked_lm_weights, "float32")
+    vocab_size = logits.shape[-1]
+    flat = ops.reshape(logits, [-1, vocab_size])
+    labels = ops.reshape(ops.cast(masked_lm_ids, "int32"), [-1])
+    if keras.backend.backend() == "tensorflow":
+        nll, predictions = _tf_softmax_cross_entropy()(flat, labels)
+    else:
+        nll, predictions = _softmax_cross_entropy(flat, labels)
+    slots = ops.shape(weights)
+    nll = ops.reshape(nll, slots)
+    predictions = ops.reshape(predictions, slots)
+    loss = ops.sum(weights * nll) / _denominator(weights, denominator)
     return MLMLoss(loss=loss, per_position_nll=nll, predictions=predictions)
 
 
-@tf.custom_gradient
 def _softmax_cross_entropy(logits, labels):
-    """-log_softmax(logits)[label] and argmax(logits), row-wise, from one softmax pass.
-
-    The official one-hot product without a [rows, vocab] one-hot. Written out because
-    `tf.nn.sparse_softmax_cross_entropy_with_logits` is a slow scalar kernel on CPU (measured
-    ~7x the oneDNN softmax on [608, 30522]); here the softmax is the vectorised oneDNN kernel and
-    everything else is a row reduction or a gather:
-        nll = log(sum_v exp(l_v - max)) - (l_label - max) = -log(p_argmax) - (l_label - l_argmax),
-    since p_argmax = exp(max - logsumexp) >= 1/vocab never underflows. Gradient: (p - onehot) * g.
+    """-log_softmax(logits)[label] and argmax(logits), row-wise (the official one-hot product,
+    without a [rows, vocab] one-hot).
 
     Args:
         logits: float32 [rows, vocab].
@@ -119,26 +128,48 @@ def _softmax_cross_entropy(logits, labels):
     Returns:
         nll: float32 [rows]; predictions: int32 [rows] (argmax, no gradient).
     """
-    probs = tf.nn.softmax(logits)
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
-    label_logits = tf.gather(logits, labels, batch_dims=1)
-    max_logits = tf.gather(logits, predictions, batch_dims=1)
-    max_probs = tf.gather(probs, predictions, batch_dims=1)
-    nll = -tf.math.log(max_probs) - (label_logits - max_logits)
-
-    def grad(upstream_nll, upstream_predictions=None):
-        del upstream_predictions  # integer output
-        rows = tf.range(tf.shape(labels)[0], dtype=labels.dtype)
-        index = tf.stack([rows, labels], axis=1)
-        grad_logits = tf.tensor_scatter_nd_sub(probs * upstream_nll[:, tf.newaxis], index,
-                                               upstream_nll)
-        return grad_logits, None
-
-    return (nll, predictions), grad
+    label_logits = ops.take_along_axis(logits, ops.expand_dims(labels, -1), axis=-1)[:, 0]
+    nll = ops.logsumexp(logits, axis=-1) - label_logits
+    predictions = ops.stop_gradient(ops.cast(ops.argmax(logits, axis=-1), "int32"))
+    return nll, predictions
 
 
-def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor,
-             denominator: Optional[tf.Tensor] = None) -> RTDLoss:
+@functools.lru_cache(maxsize=None)
+def _tf_softmax_cross_entropy():
+    """`_softmax_cross_entropy` for TensorFlow, from one softmax pass, with its gradient written
+    out.
+
+    `tf.nn.sparse_softmax_cross_entropy_with_logits` is a slow scalar kernel on CPU (measured
+    ~7x the oneDNN softmax on [608, 30522]); here the softmax is the vectorised oneDNN kernel and
+    everything else is a row reduction or a gather:
+        nll = log(sum_v exp(l_v - max)) - (l_label - max) = -log(p_argmax) - (l_label - l_argmax),
+    since p_argmax = exp(max - logsumexp) >= 1/vocab never underflows. Gradient: (p - onehot) * g.
+    """
+    import tensorflow as tf
+
+    @tf.custom_gradient
+    def cross_entropy(logits, labels):
+        probs = tf.nn.softmax(logits)
+        predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        label_logits = tf.gather(logits, labels, batch_dims=1)
+        max_logits = tf.gather(logits, predictions, batch_dims=1)
+        max_probs = tf.gather(probs, predictions, batch_dims=1)
+        nll = -tf.math.log(max_probs) - (label_logits - max_logits)
+
+        def grad(upstream_nll, upstream_predictions=None):
+            del upstream_predictions  # integer output
+            rows = tf.range(tf.shape(labels)[0], dtype=labels.dtype)
+            index = tf.stack([rows, labels], axis=1)
+            grad_logits = tf.tensor_scatter_nd_sub(probs * upstream_nll[:, tf.newaxis], index,
+                                                   upstream_nll)
+            return grad_logits, None
+
+        return (nll, predictions), grad
+
+    return cross_entropy
+
+
+def rtd_loss(logits, labels, input_mask, denominator=None) -> RTDLoss:
     """Discriminator loss: sum(sigmoid_ce * input_mask) / (global sum(input_mask) + 1e-6).
 
     [CLS], [SEP] and every real token count; padding does not.
@@ -153,26 +184,29 @@ def rtd_loss(logits: tf.Tensor, labels: tf.Tensor, input_mask: tf.Tensor,
     Returns:
         An `RTDLoss`.
     """
-    logits = tf.cast(logits, tf.float32)
-    weights = tf.cast(input_mask, tf.float32)
-    losses = weights * tf.nn.sigmoid_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.float32), logits=logits)
-    per_example_loss = tf.reduce_sum(losses, axis=-1) / (
-        tf.reduce_sum(weights, axis=-1) + LOSS_DENOMINATOR_EPS)
-    loss = tf.reduce_sum(losses) / _denominator(weights, denominator)
-    probs = tf.sigmoid(logits)
+    logits = ops.cast(logits, "float32")
+    weights = ops.cast(input_mask, "float32")
+    labels = ops.cast(labels, "float32")
+    # sigmoid cross-entropy in its stable form (TensorFlow's): max(x, 0) - x z + log(1 + e^-|x|)
+    cross_entropy = (ops.relu(logits) - logits * labels
+                     + ops.log1p(ops.exp(-ops.abs(logits))))
+    losses = weights * cross_entropy
+    per_example_loss = ops.sum(losses, axis=-1) / (ops.sum(weights, axis=-1)
+                                                   + LOSS_DENOMINATOR_EPS)
+    loss = ops.sum(losses) / _denominator(weights, denominator)
+    probs = ops.sigmoid(logits)
     # Official: round((sign(logits) + 1) / 2); a logit of exactly 0 gives 0.5, rounded to even: 0.
-    preds = tf.cast(logits > 0, tf.int32)
+    preds = ops.cast(logits > 0, "int32")
     return RTDLoss(loss=loss, per_example_loss=per_example_loss, probs=probs, preds=preds)
 
 
-def weight_sum(weights: tf.Tensor) -> tf.Tensor:
+def weight_sum(weights):
     """The global (all-replica) sum of loss weights, without gradient: a loss denominator
     before the +1e-6."""
-    return global_sum(tf.stop_gradient(tf.reduce_sum(tf.cast(weights, tf.float32))))
+    return global_sum(ops.stop_gradient(ops.sum(ops.cast(weights, "float32"))))
 
 
-def _denominator(weights: tf.Tensor, denominator: Optional[tf.Tensor]) -> tf.Tensor:
+def _denominator(weights, denominator):
     if denominator is None:
         return weight_sum(weights) + LOSS_DENOMINATOR_EPS
-    return tf.cast(denominator, tf.float32) + LOSS_DENOMINATOR_EPS
+    return ops.cast(denominator, "float32") + LOSS_DENOMINATOR_EPS

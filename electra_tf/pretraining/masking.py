@@ -18,17 +18,18 @@ Rows without any candidate (impossible for the official builder's examples) are 
 all weights 0 instead of the official NaN probabilities; they then contribute nothing to the MLM
 loss, and the loss's +1e-6 keeps even an all-empty batch finite.
 
-Randomness comes from stateless ops keyed by the per-example `seeds` (see `seeds.py`), so an
-example's mask depends only on its own seed and ids, never on its batch neighbours.
+Randomness comes from the counter-based hash keyed by the per-example `keys` (see `seeds.py`
+and `electra_tf.modeling.rng`), so an example's mask depends only on its own key and ids, never on
+its batch neighbours, and is the same on every Keras backend. Everything here is `keras.ops`.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
-import tensorflow as tf
+from keras import ops
 
-from electra_tf.pretraining import seeds as seeds_lib
+from electra_tf.modeling import rng
 from electra_tf.pretraining import whole_word
 from electra_tf.pretraining.tensor_ops import gather_positions, scatter_update
 from electra_tf.vocab import SpecialTokens
@@ -53,15 +54,15 @@ class MaskedInputs(NamedTuple):
         masked_lm_weights: float32 [batch_size, max_predictions_per_seq]. 1 for used slots.
     """
 
-    input_ids: tf.Tensor
-    input_mask: tf.Tensor
-    segment_ids: tf.Tensor
-    masked_lm_positions: tf.Tensor
-    masked_lm_ids: tf.Tensor
-    masked_lm_weights: tf.Tensor
+    input_ids: Any
+    input_mask: Any
+    segment_ids: Any
+    masked_lm_positions: Any
+    masked_lm_ids: Any
+    masked_lm_weights: Any
 
 
-def num_to_predict(input_mask: tf.Tensor, mask_prob: float, max_predictions_per_seq: int) -> tf.Tensor:
+def num_to_predict(input_mask, mask_prob: float, max_predictions_per_seq: int):
     """Official per-example count max(1, min(N, round_half_even(float32(n) * float32(mask_prob)))).
 
     Args:
@@ -72,14 +73,14 @@ def num_to_predict(input_mask: tf.Tensor, mask_prob: float, max_predictions_per_
     Returns:
         int32 [batch_size].
     """
-    num_tokens = tf.cast(tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=-1), tf.float32)
-    # tf.round rounds half to even, like the official code; the product is float32 on purpose
+    num_tokens = ops.cast(ops.sum(ops.cast(input_mask, "int32"), axis=-1), "float32")
+    # round rounds half to even, like the official tf.round; the product is float32 on purpose
     # (n = 50, p = 0.15 gives 7.5000005, which rounds to 8).
-    count = tf.cast(tf.round(num_tokens * tf.constant(mask_prob, tf.float32)), tf.int32)
-    return tf.maximum(1, tf.minimum(max_predictions_per_seq, count))
+    count = ops.cast(ops.round(num_tokens * ops.cast(mask_prob, "float32")), "int32")
+    return ops.maximum(1, ops.minimum(max_predictions_per_seq, count))
 
 
-def candidates_mask(input_ids: tf.Tensor, input_mask: tf.Tensor, special: SpecialTokens) -> tf.Tensor:
+def candidates_mask(input_ids, input_mask, special: SpecialTokens):
     """Official `get_candidates_mask`: real tokens other than [CLS], [SEP] and [MASK].
 
     Args:
@@ -90,27 +91,25 @@ def candidates_mask(input_ids: tf.Tensor, input_mask: tf.Tensor, special: Specia
     Returns:
         bool [batch_size, seq_length].
     """
-    excluded = (
-        tf.equal(input_ids, special.cls_id)
-        | tf.equal(input_ids, special.sep_id)
-        | tf.equal(input_ids, special.mask_id)
-    )
-    return tf.cast(input_mask, tf.bool) & ~excluded
+    excluded = ops.logical_or(
+        ops.logical_or(ops.equal(input_ids, special.cls_id), ops.equal(input_ids, special.sep_id)),
+        ops.equal(input_ids, special.mask_id))
+    return ops.logical_and(ops.cast(input_mask, "bool"), ops.logical_not(excluded))
 
 
 def mask_inputs(
-    input_ids: tf.Tensor,
-    input_mask: tf.Tensor,
-    segment_ids: tf.Tensor,
+    input_ids,
+    input_mask,
+    segment_ids,
     *,
     special: SpecialTokens,
     mask_prob: float,
     max_predictions_per_seq: int,
-    seeds: tf.Tensor,
+    keys,
     with_replacement: bool = True,
     mask_token_prob: float = MASK_TOKEN_PROB,
     whole_word_masking: bool = False,
-    word_starts: Optional[tf.Tensor] = None,
+    word_starts=None,
 ) -> MaskedInputs:
     """Selects masked-LM positions and masks them (official `pretrain_helpers.mask`).
 
@@ -121,7 +120,7 @@ def mask_inputs(
         special: SpecialTokens. Ids of [CLS], [SEP] and [MASK] (never read from a file here).
         mask_prob: float. Fraction of tokens to mask (official `mask_prob`, 0.15).
         max_predictions_per_seq: int N. Number of masked-LM slots.
-        seeds: int [batch_size, 2]. One stateless seed per example (`seeds.example_seeds`).
+        keys: int32 [batch_size]. One random key per example (`seeds.example_keys`).
         with_replacement: bool. True (official) draws positions with replacement; False draws
             distinct positions.
         mask_token_prob: float. Probability that a selected slot becomes [MASK] (official 0.85);
@@ -135,56 +134,77 @@ def mask_inputs(
     Returns:
         A `MaskedInputs`.
     """
-    input_ids = tf.cast(input_ids, tf.int32)
+    input_ids = ops.cast(input_ids, "int32")
     n_slots = int(max_predictions_per_seq)
 
     candidates = candidates_mask(input_ids, input_mask, special)
-    num_candidates = tf.reduce_sum(tf.cast(candidates, tf.int32), axis=-1)
+    num_candidates = ops.sum(ops.cast(candidates, "int32"), axis=-1)
     count = num_to_predict(input_mask, mask_prob, n_slots)
     if not with_replacement:
-        count = tf.minimum(count, num_candidates)
-    count = tf.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (see module doc)
+        count = ops.minimum(count, num_candidates)
+    count = ops.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (module doc)
+    draws = _Draws(keys, n_slots, _seq_length(candidates))
     if whole_word_masking:
-        positions, keep_u, count = _draw_whole_words(candidates, word_starts, count, n_slots,
-                                                     seeds)
+        if word_starts is None:
+            raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
+        # Keys as for distinct positions (one per token index), used as one per word index.
+        positions, count = whole_word.draw_whole_words(
+            candidates, ops.cast(word_starts, "bool"), count, n_slots, draws.position_keys())
+    elif with_replacement:
+        positions = _positions_with_replacement(candidates, num_candidates,
+                                                draws.position_uniforms())
     else:
-        positions, keep_u = _draw_positions(candidates, num_candidates, n_slots, seeds,
-                                            with_replacement)
-    return _apply_masks(input_ids, input_mask, segment_ids, positions, keep_u, count, n_slots,
-                        special.mask_id, mask_token_prob)
+        positions = _distinct_positions(candidates, n_slots, draws.position_keys())
+    return _apply_masks(input_ids, input_mask, segment_ids, positions, draws.keep_uniforms(),
+                        count, n_slots, special.mask_id, mask_token_prob)
 
 
-def _draw_whole_words(candidates: tf.Tensor, word_starts: Optional[tf.Tensor], count: tf.Tensor,
-                      n_slots: int, seeds: tf.Tensor):
-    """Whole-word positions (`whole_word.draw_whole_words`): (positions [B, N] int32,
-    keep_u [B, N] float32, count [B] int32 as word boundaries allow)."""
-    if word_starts is None:
-        raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
-    # Keys as for distinct positions (one per token index), used as one per word index.
-    keys, keep_u = _example_draws(tf.shape(candidates)[1], n_slots, seeds, with_replacement=False)
-    positions, count = whole_word.draw_whole_words(
-        candidates, tf.cast(word_starts, tf.bool), count, n_slots, keys)
-    return positions, keep_u, count
+def _seq_length(x):
+    return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
 
 
-def _apply_masks(input_ids: tf.Tensor, input_mask: tf.Tensor, segment_ids: tf.Tensor,
-                 positions: tf.Tensor, keep_u: tf.Tensor, count: tf.Tensor, n_slots: int,
+class _Draws:
+    """The three draws of one example, each its own sub-stream of the example's key:
+    [MASK]-or-keep uniforms [N], position uniforms [N] (with replacement), position keys [L]
+    (distinct positions and whole words)."""
+
+    KEEP, POSITIONS, POSITION_KEYS = 0, 1, 2
+
+    def __init__(self, keys, n_slots: int, seq_length):
+        self.keys, self.n_slots, self.seq_length = keys, n_slots, seq_length
+
+    def _bits(self, purpose: int, size):
+        return rng.element_bits(rng.subkeys(self.keys, purpose), [size])
+
+    def keep_uniforms(self):
+        return rng.uniform(self._bits(self.KEEP, self.n_slots))
+
+    def position_uniforms(self):
+        return rng.uniform(self._bits(self.POSITIONS, self.n_slots))
+
+    def position_keys(self):
+        # 31-bit non-negative keys: ties (which favour lower positions) have probability
+        # ~L^2 / 2^32 per example.
+        return rng.unsigned(self._bits(self.POSITION_KEYS, self.seq_length))
+
+
+def _apply_masks(input_ids, input_mask, segment_ids, positions, keep_u, count, n_slots: int,
                  mask_id: int, mask_token_prob: float) -> MaskedInputs:
     """The first `count` of `positions` [B, N] are the masked-LM slots; those whose `keep_u`
     [B, N] draw is below `mask_token_prob` become [MASK], the others keep their token."""
-    masked_lm_weights = tf.sequence_mask(count, n_slots, dtype=tf.float32)
-    used = tf.cast(masked_lm_weights, tf.int32)
+    used = ops.cast(ops.less(ops.arange(n_slots)[None, :], ops.expand_dims(count, -1)), "int32")
+    masked_lm_weights = ops.cast(used, "float32")
 
-    masked_lm_positions = positions * used
+    masked_lm_positions = ops.cast(positions, "int32") * used
     masked_lm_ids = gather_positions(input_ids, masked_lm_positions) * used
-    replace_with_mask = tf.cast(keep_u < mask_token_prob, tf.int32)
+    replace_with_mask = ops.cast(keep_u < mask_token_prob, "int32")
     masked_ids, _ = scatter_update(
         input_ids,
-        tf.fill(tf.shape(masked_lm_positions), tf.constant(mask_id, tf.int32)),
+        ops.full(ops.shape(masked_lm_positions), mask_id, dtype="int32"),
         masked_lm_positions * replace_with_mask,
     )
     return MaskedInputs(
-        input_ids=tf.stop_gradient(masked_ids),
+        input_ids=ops.stop_gradient(masked_ids),
         input_mask=input_mask,
         segment_ids=segment_ids,
         masked_lm_positions=masked_lm_positions,
@@ -193,68 +213,29 @@ def _apply_masks(input_ids: tf.Tensor, input_mask: tf.Tensor, segment_ids: tf.Te
     )
 
 
-def _draw_positions(candidates: tf.Tensor, num_candidates: tf.Tensor, n_slots: int,
-                    seeds: tf.Tensor, with_replacement: bool):
-    """Random candidate positions for the N slots, and each slot's [MASK]-or-keep draw.
-
-    Args:
-        candidates: bool [batch_size, seq_length]. Positions that may be masked.
-        num_candidates: int32 [batch_size]. Their count per row.
-        n_slots: int N.
-        seeds: int [batch_size, 2]. One stateless seed per example.
-        with_replacement: bool. See `mask_inputs`.
-
-    Returns:
-        positions: int32 [batch_size, N], candidate positions (to be zeroed beyond the count).
-        keep_u: float32 [batch_size, N], uniform draws deciding [MASK] vs keep.
-    """
-    seq_length = tf.shape(candidates)[1]
-    position_draws, keep_u = _example_draws(seq_length, n_slots, seeds, with_replacement)
-
-    if with_replacement:
-        # Slot j takes the idx-th candidate (in sequence order), idx uniform in [0, num_candidates).
-        idx = tf.cast(position_draws * tf.cast(num_candidates[:, tf.newaxis], tf.float32), tf.int32)
-        idx = tf.minimum(idx, num_candidates[:, tf.newaxis] - 1)
-        candidate_rank = tf.cumsum(tf.cast(candidates, tf.int32), axis=-1)  # 1-based rank at candidates
-        positions = tf.searchsorted(candidate_rank, idx + 1, side="left", out_type=tf.int32)
-    else:
-        # Random keys on the candidates, lowest possible key elsewhere: the top-k are k distinct
-        # candidates in uniformly random order. Padding keeps k <= width even when N > seq_length.
-        keys = tf.where(candidates, position_draws, tf.int64.min)
-        keys = tf.pad(keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]], constant_values=tf.int64.min)
-        positions = tf.math.top_k(keys, k=n_slots, sorted=True).indices
-    return positions, keep_u
+def _positions_with_replacement(candidates, num_candidates, position_u):
+    """Slot j takes the idx-th candidate (in sequence order), idx uniform in [0, num_candidates):
+    the official N independent categorical draws. int32 [B, N]."""
+    num = ops.expand_dims(num_candidates, -1)
+    idx = ops.minimum(ops.cast(position_u * ops.cast(num, "float32"), "int32"), num - 1)
+    candidate_rank = ops.cumsum(ops.cast(candidates, "int32"), axis=-1)  # 1-based at candidates
+    # The first position whose rank reaches idx + 1: how many positions rank below it.
+    below = ops.less(ops.expand_dims(candidate_rank, 1), ops.expand_dims(idx + 1, -1))  # [B,N,L]
+    return ops.sum(ops.cast(below, "int32"), axis=-1)
 
 
-def _example_draws(seq_length, n_slots: int, seeds: tf.Tensor, with_replacement: bool):
-    """Per-example uniform draws: position draws and each slot's [MASK]-or-keep draw.
-
-    Returns:
-        position_draws: float32 [batch_size, N] uniforms (with replacement) or int64
-            [batch_size, seq_length] full-range keys (without).
-        keep_u: float32 [batch_size, N].
-    """
-    def draws(b, seed):
-        position_seed, keep_seed = tf.unstack(
-            tf.random.experimental.stateless_split(seed, 2, alg=seeds_lib.RNG_ALG))
-        keep_u = tf.random.stateless_uniform([n_slots], keep_seed, alg=seeds_lib.RNG_ALG)
-        if with_replacement:
-            position_u = tf.random.stateless_uniform([n_slots], position_seed, alg=seeds_lib.RNG_ALG)
-            return position_u, keep_u
-        # Full-range int64 keys: ties (which would favour lower positions) have probability
-        # ~L^2 / 2^64 instead of ~L^2 / 2^24 with float keys.
-        keys = tf.random.stateless_uniform(
-            [seq_length], position_seed, minval=None, maxval=None, dtype=tf.int64, alg=seeds_lib.RNG_ALG)
-        return keys, keep_u
-
-    position_dtype = tf.float32 if with_replacement else tf.int64
-    position_draws, keep_u = seeds_lib.map_examples(
-        draws, seeds,
-        fn_output_signature=(tf.TensorSpec(None, position_dtype), tf.TensorSpec([n_slots], tf.float32)))
-    return position_draws, keep_u
+def _distinct_positions(candidates, n_slots: int, keys):
+    """k distinct candidates in uniformly random order: the top-N random keys, the candidates'
+    keys above every other position's (-1). Padding keeps N <= width when N > seq_length.
+    int32 [B, N]."""
+    keys = ops.where(candidates, keys, -1)
+    missing = n_slots - keys.shape[1]
+    if missing > 0:
+        keys = ops.pad(keys, [[0, 0], [0, missing]], constant_values=-1)
+    return ops.cast(ops.top_k(keys, k=n_slots, sorted=True)[1], "int32")
 
 
-def unmask(masked: MaskedInputs) -> tf.Tensor:
+def unmask(masked: MaskedInputs):
     """Restores the original ids at the masked positions (official `unmask`).
 
     Args:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Dict, Mapping, Optional
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from electra_tf.pretraining.losses import MLMLoss, RTDLoss
 from electra_tf.pretraining.masking import MaskedInputs
@@ -67,7 +67,7 @@ def metric_inputs(
     mlm: MLMLoss,
     fake: Optional[FakeInputs] = None,
     rtd: Optional[RTDLoss] = None,
-) -> Dict[str, tf.Tensor]:
+) -> Dict[str, object]:
     """Builds the official `eval_fn_inputs` dict from this package's outputs.
 
     Args:
@@ -100,8 +100,8 @@ def metric_inputs(
 
 
 def _flat(x, dtype=None):
-    x = tf.reshape(x, [-1])
-    return x if dtype is None else tf.cast(x, dtype)
+    x = ops.reshape(x, [-1])
+    return x if dtype is None else ops.cast(x, dtype)
 
 
 class PretrainingMetrics:
@@ -144,27 +144,27 @@ class PretrainingMetrics:
             self.metrics += [self.disc_loss, self.disc_auc, self.disc_accuracy,
                              self.disc_precision, self.disc_recall]
 
-    def update_state(self, outputs: Mapping[str, tf.Tensor]) -> None:
+    def update_state(self, outputs: Mapping[str, object]) -> None:
         """Accumulates one batch.
 
         Args:
             outputs: dict with the official `eval_fn_inputs` keys (`METRIC_INPUT_KEYS`), e.g.
                 from `metric_inputs`. Every value is flattened, as in the official metric_fn.
         """
-        mlm_ids = _flat(outputs["masked_lm_ids"], tf.int32)
-        mlm_weights = _flat(outputs["masked_lm_weights"], tf.float32)
+        mlm_ids = _flat(outputs["masked_lm_ids"], "int32")
+        mlm_weights = _flat(outputs["masked_lm_weights"], "float32")
         self.masked_lm_accuracy.update_state(
-            mlm_ids, _flat(outputs["masked_lm_preds"], tf.int32), sample_weight=mlm_weights)
-        self.masked_lm_loss.update_state(_flat(outputs["mlm_loss"], tf.float32), sample_weight=mlm_weights)
+            mlm_ids, _flat(outputs["masked_lm_preds"], "int32"), sample_weight=mlm_weights)
+        self.masked_lm_loss.update_state(_flat(outputs["mlm_loss"], "float32"), sample_weight=mlm_weights)
         if self._sampled:
             self.sampled_masked_lm_accuracy.update_state(
-                mlm_ids, _flat(outputs["sampled_tokids"], tf.int32), sample_weight=mlm_weights)
+                mlm_ids, _flat(outputs["sampled_tokids"], "int32"), sample_weight=mlm_weights)
         if self._disc:
-            mask = _flat(outputs["input_mask"], tf.float32)
-            labels = _flat(outputs["disc_labels"], tf.float32)
-            preds = _flat(outputs["disc_preds"], tf.float32)
-            probs = _flat(outputs["disc_probs"], tf.float32)
-            self.disc_loss.update_state(_flat(outputs["disc_loss"], tf.float32))
+            mask = _flat(outputs["input_mask"], "float32")
+            labels = _flat(outputs["disc_labels"], "float32")
+            preds = _flat(outputs["disc_preds"], "float32")
+            probs = _flat(outputs["disc_probs"], "float32")
+            self.disc_loss.update_state(_flat(outputs["disc_loss"], "float32"))
             if self.disc_auc_include_padding:
                 self.disc_auc.update_state(labels * mask, probs * mask)
             else:
@@ -173,9 +173,9 @@ class PretrainingMetrics:
             self.disc_precision.update_state(labels, preds, sample_weight=preds * mask)
             self.disc_recall.update_state(labels, preds, sample_weight=labels * mask)
 
-    def result(self) -> Dict[str, tf.Tensor]:
+    def result(self) -> Dict[str, object]:
         """Returns {official name: float32 scalar tensor} for the metrics that exist."""
-        return {m.name: tf.convert_to_tensor(m.result()) for m in self.metrics}
+        return {m.name: ops.convert_to_tensor(m.result()) for m in self.metrics}
 
     def reset_state(self) -> None:
         """Clears all accumulated state (start of an evaluation)."""

@@ -22,7 +22,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 
 import keras
 import keras_hub
-import tensorflow as tf
+from keras import ops
 
 from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
@@ -31,7 +31,8 @@ from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
-                                           ElectraMasking, masked_inputs, step_seed)
+                                           ElectraMasking, batch_size_of, masked_inputs,
+                                           step_seed)
 from electra_tf.vocab import SpecialTokens
 
 # Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
@@ -71,7 +72,8 @@ class ElectraPretrainer(keras.Model):
         continuation_ids: list of int. The vocab's "##" pieces, defining the words for
             `whole_word_masking` (`whole_word.continuation_ids(vocab.tokens)`).
         seed: int. The run seed: step t of `fit()` masks and samples from (seed, t), evaluation
-            batch i from (seed, i + 2^40), a call without `seed` from (seed, 0).
+            batch i from (seed, 2^31 - 1 - i) (`seeds.eval_seed`), a call without `seed` from
+            (seed, 0).
         discriminator_encoder: optional Keras layer used instead of the official encoder: an
             electra-tf `ElectraEncoder`, a keras-hub backbone (e.g. `ElectraBackbone`,
             `BertBackbone`), or any layer mapping {input_ids, input_mask, segment_ids} to hidden
@@ -234,12 +236,13 @@ class ElectraPretrainer(keras.Model):
         """The encoder the masked LM runs on (generator, or the discriminator when tied/MLM-only)."""
         return self.generator if self.generator is not None else self.discriminator
 
-    def _mlm_logits(self, masked: masking.MaskedInputs, training) -> tf.Tensor:
+    def _mlm_logits(self, masked: masking.MaskedInputs, training):
         """Masked-LM logits [B, N, V] at the masked positions only."""
         if self.uniform_generator:
             # Official: all-zero logits; the loss is the constant log V, with no gradient.
-            shape = tf.shape(masked.masked_lm_positions)
-            return tf.zeros([shape[0], shape[1], self.vocab_size], tf.float32)
+            positions = masked.masked_lm_positions
+            return ops.zeros((batch_size_of(positions), positions.shape[1], self.vocab_size),
+                             "float32")
         encoder = self.mlm_encoder
         hidden = sequence_output(encoder, masked.input_ids, masked.input_mask, masked.segment_ids,
                                  training)
@@ -251,7 +254,7 @@ class ElectraPretrainer(keras.Model):
              loss_denominators=None):
         seed = step_seed(seed, self.seed)
         if PREMASKED_KEY in inputs:
-            masked = masked_inputs({k: tf.cast(v, tf.float32 if k == "masked_lm_weights" else tf.int32)
+            masked = masked_inputs({k: ops.cast(v, "float32" if k == "masked_lm_weights" else "int32")
                                     for k, v in inputs.items() if k in masking.MaskedInputs._fields})
         else:
             masked = masked_inputs(self.masking(inputs, seed=seed, example_offset=example_offset))
@@ -261,7 +264,7 @@ class ElectraPretrainer(keras.Model):
                               denominator=denominators.get("masked_lm_loss"))
         total = self.gen_weight * mlm.loss
         fake = rtd = None
-        disc_loss = tf.zeros([], tf.float32)
+        disc_loss = ops.zeros((), "float32")
         if self.electra_objective:
             faked = self.fake_data(masked._asdict(), mlm_logits, seed=seed,
                                    example_offset=example_offset)
@@ -280,11 +283,11 @@ class ElectraPretrainer(keras.Model):
             "metric_inputs": metrics.metric_inputs(masked, mlm, fake, rtd),
         }
 
-    def mask(self, inputs, seed=None, example_offset=None) -> Dict[str, tf.Tensor]:
+    def mask(self, inputs, seed=None, example_offset=None) -> Dict[str, Any]:
         """The masked batch `call` would train on (`ElectraMasking`, with this model's seed)."""
         return self.masking(inputs, seed=step_seed(seed, self.seed), example_offset=example_offset)
 
-    def loss_weight_sums(self, masked: Mapping[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+    def loss_weight_sums(self, masked: Mapping[str, Any]) -> Dict[str, Any]:
         """Global (all-replica) loss weight sums of a masked batch: the `loss_denominators` that
         make its slices' losses add up to the whole batch's (gradient accumulation)."""
         return {"masked_lm_loss": losses.weight_sum(masked["masked_lm_weights"]),
@@ -298,13 +301,15 @@ class ElectraPretrainer(keras.Model):
         Args:
             optimizer: a Keras optimizer; the official one is `AdamWeightDecay` with
                 `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
-                under several replicas it must be `AdamWeightDecay` or `Lamb`. Gradients are
-                summed over replicas and clipped at global norm 1.0 before it (official).
+                under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
+                Gradients are summed over replicas and clipped at global norm 1.0 before it
+                (official). On JAX and PyTorch the step is `training.portable_fit`'s.
             gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
                 update of the whole batch (`training.accumulation`); its size must divide.
-            jit_compile: bool. XLA-compile the forward-backward pass (the `jit_compile` hparam;
-                Keras' own whole-step compilation is not used: it would change the random
-                draws).
+            jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
+                `jit_compile` hparam; Keras' own whole-step compilation is not used there: it
+                would change the random draws). JAX always compiles the whole step; PyTorch
+                runs eagerly (True asks Keras for torch.compile).
             disc_auc_include_padding: bool. The official disc_auc counting padding
                 (`PretrainingMetrics`).
             **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
@@ -314,8 +319,6 @@ class ElectraPretrainer(keras.Model):
         Raises:
             ValueError: a loss or metrics given, or an optimizer that cannot be used here.
         """
-        from electra_tf.training import keras_fit  # training/ builds on this module
-
         given = sorted(k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
                        if kwargs.get(k) is not None)
         if given:
@@ -326,29 +329,60 @@ class ElectraPretrainer(keras.Model):
         if unknown:
             raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
-        self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps, jit_compile,
-                                                  disc_auc_include_padding)
+        if keras.backend.backend() == "tensorflow":
+            from electra_tf.training import keras_fit  # training/ builds on this module
 
-    def train_step(self, data):
-        from electra_tf.training import keras_fit
+            super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
+            self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
+                                                      jit_compile, disc_auc_include_padding)
+            return
+        from electra_tf.training import portable_fit
 
-        return keras_fit.fit_train_step(self._compiled_state(), data)
+        # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
+        super().compile(optimizer=optimizer,
+                        jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
+        self._fit_state = portable_fit.compile_state(self, gradient_accumulation_steps,
+                                                     disc_auc_include_padding)
 
-    def test_step(self, data):
-        from electra_tf.training import keras_fit
+    def train_step(self, *args):
+        # TensorFlow and PyTorch: train_step(data); JAX: train_step(state, data).
+        state = self._compiled_state()
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            from electra_tf.training import keras_fit
 
-        return keras_fit.fit_test_step(self._compiled_state(), self, data)
+            return keras_fit.fit_train_step(state, *args)
+        from electra_tf.training import portable_fit
+
+        step = portable_fit.jax_train_step if backend == "jax" else portable_fit.torch_train_step
+        return step(self, state, *args)
+
+    def test_step(self, *args):
+        state = self._compiled_state()
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            from electra_tf.training import keras_fit
+
+            return keras_fit.fit_test_step(state, self, *args)
+        from electra_tf.training import portable_fit
+
+        step = portable_fit.jax_test_step if backend == "jax" else portable_fit.torch_test_step
+        return step(self, state, *args)
 
     @property
     def metrics(self):
         return [] if self._fit_state is None else self._fit_state.all_metrics
 
     def reset_metrics(self):
-        if self._fit_state is not None:
+        if self._fit_state is None:
+            return
+        if keras.backend.backend() == "tensorflow":
             from electra_tf.training import keras_fit
 
             keras_fit.reset(self._fit_state)
+            return
+        for metric in self._fit_state.all_metrics:
+            metric.reset_state()
 
     def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         # Keras (TF backend) builds a model created under a strategy by drawing a batch from
@@ -366,9 +400,9 @@ class ElectraPretrainer(keras.Model):
 
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
         """Creates every variable by running one tiny eval-mode call (needed before restoring)."""
-        dummy = tf.ones([1, seq_length], tf.int32)
+        dummy = ops.ones((1, seq_length), "int32")
         self({"input_ids": dummy * self._special.cls_id, "input_mask": dummy,
-              "segment_ids": dummy * 0}, seed=tf.constant([0, 0], tf.int64), training=False)
+              "segment_ids": dummy * 0}, seed=ops.zeros((2,), "int32"), training=False)
 
     # === Config ===
     def get_config(self):
@@ -416,7 +450,7 @@ def _is_keras_hub_backbone(encoder) -> bool:
     return isinstance(encoder, keras_hub.models.Backbone)
 
 
-def sequence_output(encoder, input_ids, input_mask, segment_ids, training) -> tf.Tensor:
+def sequence_output(encoder, input_ids, input_mask, segment_ids, training):
     """Runs an encoder and returns its hidden states [batch_size, seq_length, hidden].
 
     electra-tf encoders and other layers get the official input names (`input_ids`,

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Tuple
 
-import tensorflow as tf
+import keras
+from keras import ops
 
 
-def gather_positions(sequence: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+def gather_positions(sequence, positions):
     """Gathers, for every example, the entries of its sequence at the given positions.
 
     Args:
@@ -25,12 +26,13 @@ def gather_positions(sequence: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         [batch_size, n_positions] or [batch_size, n_positions, depth], with the sequence's dtype:
         `result[b, j] = sequence[b, positions[b, j]]`.
     """
-    return tf.gather(sequence, positions, batch_dims=1)
+    positions = ops.cast(positions, "int32")
+    if len(sequence.shape) == 3:
+        positions = ops.expand_dims(positions, -1)
+    return ops.take_along_axis(sequence, positions, axis=1)
 
 
-def scatter_update(
-    sequence: tf.Tensor, updates: tf.Tensor, positions: tf.Tensor
-) -> Tuple[tf.Tensor, tf.Tensor]:
+def scatter_update(sequence, updates, positions) -> Tuple:
     """Writes `updates` into `sequence` at `positions`, with the official duplicate semantics.
 
     - Updates aimed at position 0 are ignored (position 0 is always [CLS]; unused slots point
@@ -39,9 +41,11 @@ def scatter_update(
       floating tensors, floor division for integer tensors. Equal duplicates therefore give that
       value; different integer duplicates give the floor of their mean (official quirk, issue #41).
 
-    The official code blends with `(1 - mask) * sequence + mask * updates`; this uses `tf.where`,
-    which gives the same values for finite inputs and does not turn an infinite or NaN entry
-    elsewhere into NaN.
+    The official code blends with `(1 - mask) * sequence + mask * updates`; this selects with
+    `where`, which gives the same values for finite inputs and does not turn an infinite or NaN
+    entry elsewhere into NaN. The sums go through a [batch, n_positions, seq_length] one-hot
+    (N x L per example, a few thousand elements for ELECTRA's N = 19 slots): the same arithmetic
+    on every backend, no scatter kernel.
 
     Args:
         sequence: [batch_size, seq_length] (typically int32 ids) or
@@ -55,52 +59,33 @@ def scatter_update(
         updates_mask: int32 [batch_size, seq_length], 1 where a position was updated (never at
             position 0), else 0.
     """
-    sequence = tf.convert_to_tensor(sequence)
-    updates = tf.convert_to_tensor(updates, dtype=sequence.dtype)
-    positions = tf.convert_to_tensor(positions)
-    has_depth = sequence.shape.rank == 3
+    sequence = ops.convert_to_tensor(sequence)
+    dtype = keras.backend.standardize_dtype(sequence.dtype)
+    updates = ops.convert_to_tensor(updates)
+    if keras.backend.standardize_dtype(updates.dtype) != dtype:
+        raise TypeError(f"scatter_update: updates are "
+                        f"{keras.backend.standardize_dtype(updates.dtype)}, the sequence {dtype}")
+    has_depth = len(sequence.shape) == 3
     if not has_depth:
-        sequence = sequence[:, :, tf.newaxis]
-        updates = updates[:, :, tf.newaxis]
-
-    summed, counts = _sum_and_count(sequence, updates, positions)
-    not_first_token = tf.range(tf.shape(sequence)[1]) > 0
-    counts = tf.where(not_first_token[tf.newaxis, :], counts, tf.zeros_like(counts))
-
-    counts_3d = tf.cast(counts[:, :, tf.newaxis], sequence.dtype)
-    if sequence.dtype.is_floating:
-        updated = summed / tf.maximum(tf.ones_like(counts_3d), counts_3d)
+        sequence = ops.expand_dims(sequence, -1)
+        updates = ops.expand_dims(updates, -1)
+    seq_length = sequence.shape[1]
+    if seq_length is None:
+        seq_length = ops.shape(sequence)[1]
+    # [B, N, L]: slot j aims at position p; position 0 is never updated.
+    hits = ops.one_hot(ops.cast(positions, "int32"), seq_length, dtype="int32")
+    not_first = ops.cast(ops.greater(ops.arange(seq_length), 0), "int32")
+    hits = hits * not_first
+    counts = ops.sum(hits, axis=1)  # [B, L]
+    summed = ops.sum(ops.expand_dims(ops.cast(hits, dtype), -1) * ops.expand_dims(updates, 2),
+                     axis=1)  # [B, L, depth]
+    divisor = ops.cast(ops.expand_dims(ops.maximum(counts, 1), -1), dtype)
+    if "float" in str(dtype):
+        updated = summed / divisor
     else:
-        updated = tf.math.floordiv(summed, tf.maximum(tf.ones_like(counts_3d), counts_3d))
-
-    updates_mask = tf.minimum(counts, 1)
-    updated_sequence = tf.where(updates_mask[:, :, tf.newaxis] > 0, updated, sequence)
+        updated = ops.floor_divide(summed, divisor)
+    updates_mask = ops.minimum(counts, 1)
+    updated_sequence = ops.where(ops.expand_dims(updates_mask > 0, -1), updated, sequence)
     if not has_depth:
         updated_sequence = updated_sequence[:, :, 0]
     return updated_sequence, updates_mask
-
-
-def _sum_and_count(sequence: tf.Tensor, updates: tf.Tensor, positions: tf.Tensor):
-    """Per position, the sum of the updates aimed at it and their count.
-
-    Args:
-        sequence: [batch_size, seq_length, depth].
-        updates: [batch_size, n_positions, depth].
-        positions: int [batch_size, n_positions].
-
-    Returns:
-        summed: like `sequence`; counts: int32 [batch_size, seq_length].
-    """
-    shape = tf.shape(sequence)
-    batch_size, seq_length, depth = shape[0], shape[1], shape[2]
-    positions = tf.cast(positions, tf.int32)
-    offsets = tf.range(batch_size, dtype=tf.int32)[:, tf.newaxis] * seq_length
-    flat_positions = tf.reshape(positions + offsets, [-1, 1])
-    # scatter_nd sums updates that share an index: the numerator of the duplicate mean.
-    summed = tf.scatter_nd(
-        flat_positions, tf.reshape(updates, [-1, depth]), tf.stack([batch_size * seq_length, depth])
-    )
-    counts = tf.scatter_nd(
-        flat_positions, tf.ones_like(flat_positions[:, 0]), tf.reshape(batch_size * seq_length, [1])
-    )
-    return tf.reshape(summed, shape), tf.reshape(counts, [batch_size, seq_length])

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from typing import Iterable, List, Sequence, Tuple
 
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 # WordPiece marks a piece that continues a word with this prefix ("play", "##ing").
 CONTINUATION_PREFIX = "##"
@@ -52,7 +53,7 @@ def continuation_ids(tokens: Sequence[str]) -> List[int]:
             if token.startswith(CONTINUATION_PREFIX) and len(token) > len(CONTINUATION_PREFIX)]
 
 
-def word_starts_from_ids(input_ids: tf.Tensor, continuation: Iterable[int]) -> tf.Tensor:
+def word_starts_from_ids(input_ids, continuation: Iterable[int]):
     """True where a token is not a continuation piece.
 
     Args:
@@ -64,18 +65,19 @@ def word_starts_from_ids(input_ids: tf.Tensor, continuation: Iterable[int]) -> t
         bool [batch_size, seq_length].
     """
     continuation = sorted(set(int(i) for i in continuation))
+    ids = ops.cast(input_ids, "int32")
     if not continuation:
-        return tf.ones_like(input_ids, tf.bool)
+        return ops.ones_like(ids, dtype="bool")
     size = continuation[-1] + 1
-    table = tf.scatter_nd([[i] for i in continuation], tf.ones([len(continuation)], tf.bool), [size])
-    ids = tf.cast(input_ids, tf.int32)
-    in_table = (ids >= 0) & (ids < size)
-    is_continuation = tf.gather(table, tf.clip_by_value(ids, 0, size - 1)) & in_table
-    return ~is_continuation
+    table = np.zeros([size], np.bool_)
+    table[continuation] = True
+    in_table = ops.logical_and(ids >= 0, ids < size)
+    is_continuation = ops.logical_and(
+        ops.take(ops.convert_to_tensor(table), ops.clip(ids, 0, size - 1)), in_table)
+    return ops.logical_not(is_continuation)
 
 
-def draw_whole_words(candidates: tf.Tensor, word_starts: tf.Tensor, count: tf.Tensor,
-                     n_slots: int, keys: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+def draw_whole_words(candidates, word_starts, count, n_slots: int, keys) -> Tuple:
     """Chooses whole words within the per-example budget (rule in the module docstring).
 
     Args:
@@ -83,7 +85,7 @@ def draw_whole_words(candidates: tf.Tensor, word_starts: tf.Tensor, count: tf.Te
         word_starts: bool [batch_size, seq_length]. Word starts (any value off the candidates).
         count: int32 [batch_size]. The budget k (0 for a row without candidates).
         n_slots: int N.
-        keys: int64 [batch_size, seq_length]. Uniform random keys, one per example and word
+        keys: int32 [batch_size, seq_length], >= 0. Uniform random keys, one per example and word
             index: word w (1-based, in sequence order) is visited in decreasing order of
             keys[:, w - 1].
 
@@ -92,45 +94,44 @@ def draw_whole_words(candidates: tf.Tensor, word_starts: tf.Tensor, count: tf.Te
             `taken` slots (the values after them are arbitrary: callers zero them).
         taken: int32 [batch_size]. The number of chosen tokens (<= N).
     """
-    seq_length = tf.shape(candidates)[1]
-    previous_candidate = tf.pad(candidates[:, :-1], [[0, 0], [1, 0]], constant_values=False)
-    unit_start = candidates & (word_starts | ~previous_candidate)
-    word = tf.cumsum(tf.cast(unit_start, tf.int32), axis=1) * tf.cast(candidates, tf.int32)
+    seq_length = candidates.shape[1]
+    previous_candidate = ops.pad(candidates[:, :-1], [[0, 0], [1, 0]], constant_values=False)
+    unit_start = ops.logical_and(
+        candidates, ops.logical_or(word_starts, ops.logical_not(previous_candidate)))
+    word = ops.cumsum(ops.cast(unit_start, "int32"), axis=1) * ops.cast(candidates, "int32")
     lengths = _word_lengths(word)  # [B, L]; lengths[:, w - 1] of word w, 0 past the last word
 
-    # Words in random order: the longest possible key for no word, so they sort last.
-    keys = tf.where(lengths > 0, keys, tf.int64.min)
-    order = tf.math.top_k(keys, k=seq_length, sorted=True).indices  # [B, L] word index - 1
-    ordered_lengths = tf.gather(lengths, order, batch_dims=1)
+    # Words in random order: a key below every real one (-1) for no word, so they sort last.
+    keys = ops.where(lengths > 0, keys, -1)
+    order = ops.top_k(keys, k=seq_length, sorted=True)[1]  # [B, L] word index - 1
+    ordered_lengths = ops.take_along_axis(lengths, order, axis=1)
     taken_in_order = _greedy_fill(ordered_lengths, count, n_slots)  # bool [B, L]
 
-    # Back from the visiting order to word index, then to positions.
-    taken_by_word = tf.scatter_nd(
-        tf.stack([tf.broadcast_to(tf.range(tf.shape(order)[0])[:, tf.newaxis], tf.shape(order)),
-                  order], axis=-1),
-        tf.cast(taken_in_order, tf.int32), tf.shape(order))
-    taken_by_word = tf.pad(taken_by_word, [[0, 0], [1, 0]])  # index 0: no word
-    chosen = tf.gather(taken_by_word, word, batch_dims=1) * tf.cast(candidates, tf.int32)
-    taken = tf.reduce_sum(chosen, axis=1)
+    # Back from the visiting order to word index (the inverse permutation), then to positions.
+    taken_by_word = ops.take_along_axis(ops.cast(taken_in_order, "int32"),
+                                        ops.argsort(order, axis=1), axis=1)
+    taken_by_word = ops.pad(taken_by_word, [[0, 0], [1, 0]])  # index 0: no word
+    chosen = ops.take_along_axis(taken_by_word, word, axis=1) * ops.cast(candidates, "int32")
+    taken = ops.sum(chosen, axis=1)
 
     # Chosen positions first, in sequence order; padding keeps k <= width when N > seq_length.
-    position_keys = tf.where(chosen > 0, seq_length - tf.range(seq_length)[tf.newaxis, :], -1)
-    position_keys = tf.pad(position_keys, [[0, 0], [0, tf.maximum(0, n_slots - seq_length)]],
-                           constant_values=-1)
-    positions = tf.math.top_k(position_keys, k=n_slots, sorted=True).indices
-    return positions, taken
+    position_keys = ops.where(chosen > 0, seq_length - ops.arange(seq_length)[None, :], -1)
+    if n_slots > seq_length:
+        position_keys = ops.pad(position_keys, [[0, 0], [0, n_slots - seq_length]],
+                                constant_values=-1)
+    positions = ops.top_k(position_keys, k=n_slots, sorted=True)[1]
+    return ops.cast(positions, "int32"), taken
 
 
-def _word_lengths(word: tf.Tensor) -> tf.Tensor:
+def _word_lengths(word):
     """Pieces per word: int32 [B, L], entry w - 1 for word w (0 where there is no such word)."""
-    batch_size, seq_length = tf.shape(word)[0], tf.shape(word)[1]
-    width = seq_length + 1  # word 0 (non-candidates) is counted and dropped
-    segments = word + width * tf.range(batch_size)[:, tf.newaxis]
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(word), segments, batch_size * width)
-    return tf.reshape(counts, [batch_size, width])[:, 1:]
+    seq_length = word.shape[1]
+    # [B, L, L]: position i belongs to word w (w = 1..L; word 0, the non-candidates, is dropped).
+    belongs = ops.equal(ops.expand_dims(word, -1), ops.arange(1, seq_length + 1)[None, None, :])
+    return ops.sum(ops.cast(belongs, "int32"), axis=1)
 
 
-def _greedy_fill(ordered_lengths: tf.Tensor, count: tf.Tensor, n_slots: int) -> tf.Tensor:
+def _greedy_fill(ordered_lengths, count, n_slots: int):
     """Which words to take, visiting them in order: a word is taken if it fits the budget.
 
     Args:
@@ -142,17 +143,19 @@ def _greedy_fill(ordered_lengths: tf.Tensor, count: tf.Tensor, n_slots: int) -> 
         bool [B, W].
     """
     def visit(total, length):
-        fits = (length > 0) & (total + length <= count)
-        return total + tf.where(fits, length, 0)
+        fits = ops.logical_and(length > 0, total + length <= count)
+        total = total + ops.where(fits, length, 0)
+        return total, total
 
     # One pass over the visiting ranks, vectorised over the batch (the budget makes each
     # decision depend on the previous ones).
-    totals = tf.transpose(tf.scan(visit, tf.transpose(ordered_lengths),
-                                  initializer=tf.zeros_like(count)))
-    previous = tf.pad(totals[:, :-1], [[0, 0], [1, 0]])
+    _, totals = ops.scan(visit, ops.zeros_like(count), ops.transpose(ordered_lengths))
+    totals = ops.transpose(totals)
+    previous = ops.pad(totals[:, :-1], [[0, 0], [1, 0]])
     taken = totals > previous
     # Nothing fitted: the first word alone, if the row has one and it fits in the slots.
     first = ordered_lengths[:, 0]
-    fallback = (totals[:, -1] == 0) & (count > 0) & (first > 0) & (first <= n_slots)
-    first_rank = tf.equal(tf.range(tf.shape(ordered_lengths)[1]), 0)[tf.newaxis, :]
-    return taken | (fallback[:, tf.newaxis] & first_rank)
+    fallback = ops.logical_and(ops.logical_and(totals[:, -1] == 0, count > 0),
+                               ops.logical_and(first > 0, first <= n_slots))
+    first_rank = ops.equal(ops.arange(ordered_lengths.shape[1]), 0)[None, :]
+    return ops.logical_or(taken, ops.logical_and(ops.expand_dims(fallback, -1), first_rank))

@@ -82,7 +82,7 @@ def accumulating(model, forward_backward: Callable, steps: int) -> Callable:
 
         def one(j):
             return forward_backward({k: v[j] for k, v in micro.items()}, seed,
-                                    example_offset=offset + tf.cast(j * size, tf.int64),
+                                    example_offset=offset + tf.cast(j * size, tf.int32),
                                     loss_denominators=denominators)
 
         outputs, grads = one(0)

@@ -7,7 +7,7 @@ official global-norm clip at 1.0 of that sum, the optimizer, then the metrics. W
 seed, initial weights and batches it therefore gives the same losses and weights as the custom
 loop; the Keras parts are only the outer loop, the callbacks and the logs. `evaluate()` runs
 `train_step.eval_step` with the evaluation seed stream (batch i of an evaluation masks from
-(seed, i + 2^40), as the trainer's evaluation).
+`seeds.eval_seed(seed, i)`, as the trainer's evaluation).
 
 Logs: `loss` (the mean total loss over the epoch's steps) and the official metrics
 (`PretrainingMetrics`: masked_lm_accuracy, masked_lm_loss, sampled_masked_lm_accuracy,

@@ -25,6 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.errors import TrainingError
+from electra_tf.modeling import rng
+from electra_tf.pretraining import seeds
 from electra_tf.training import accumulation, optimization
 
 logger = logging.getLogger("electra_tf")
@@ -34,8 +36,6 @@ logger = logging.getLogger("electra_tf")
 SUMMED = ("total_loss", "masked_lm_loss", "disc_loss", "tokens", "skipped")
 HISTORY_KEYS = SUMMED + ("grad_norm", "learning_rate")
 LOSS_KEYS = ("total_loss", "masked_lm_loss", "disc_loss")
-# Seed stream for evaluation masks, kept apart from the training steps' streams.
-EVAL_SEED_OFFSET = 1 << 40
 
 
 @dataclasses.dataclass(eq=False)
@@ -138,7 +138,8 @@ def step(ctx: StepContext, local_batch) -> Dict[str, tf.Tensor]:
 def replica_forward(ctx: StepContext, local_batch):
     """This replica's rows of the batch, the model outputs and the gradients."""
     batch = ctx.replica_slice(local_batch)
-    seed = tf.stack([tf.constant(ctx.seed, tf.int64), tf.cast(ctx.optimizer.iterations, tf.int64)])
+    seed = tf.stack([tf.constant(rng.int32_bits(ctx.seed), tf.int32),
+                     tf.cast(ctx.optimizer.iterations, tf.int32)])
     outputs, grads = ctx.forward_backward(batch, seed)
     return batch, outputs, grads
 
@@ -304,10 +305,9 @@ def check_history(history: Dict[str, np.ndarray], first_step: int, skipped: int,
 def eval_step(model, metrics, seed: int, batch, index) -> tf.Tensor:
     """One evaluation batch in a replica: updates `metrics`, returns this replica's
     contribution to the batch's total loss."""
-    # Eval masks come from their own seed stream, keyed by the batch index: the same
-    # checkpoint always gives the same results.
-    step_seed = tf.stack([tf.constant(seed, tf.int64),
-                          tf.cast(index, tf.int64) + EVAL_SEED_OFFSET])
+    # Eval masks come from their own seed stream, keyed by the batch index (`seeds.eval_seed`):
+    # the same checkpoint always gives the same results.
+    step_seed = seeds.eval_seed(seed, index)
     outputs = model(batch, seed=step_seed, training=False)
     metrics.update_state(outputs["metric_inputs"])
     return outputs["total_loss"]

@@ -19,12 +19,12 @@ from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFa
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from tests.pretraining.test_pretrainer import SEQ, SPECIAL, VOCAB, batch, make_model, tiny_config
 
-SEED = tf.constant([11, 5], tf.int64)
+SEED = tf.constant([11, 5], tf.int32)
 N = 5
 
 
 def _example_seeds(size, salt, seed=SEED, first=0):
-    return seeds.example_seeds(seed, first, size, salt=salt)
+    return seeds.example_keys(seed, first, size, salt=salt)
 
 
 def _assert_same(a, b):
@@ -75,7 +75,7 @@ def test_masking_layer_is_mask_inputs():
     expected = masking.mask_inputs(
         inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"], special=SPECIAL,
         mask_prob=0.3, max_predictions_per_seq=N,
-        seeds=_example_seeds(6, seeds.MASKING_SALT))._asdict()
+        keys=_example_seeds(6, seeds.MASKING_SALT))._asdict()
     _assert_same(layer(inputs, seed=SEED), expected)
     # A scalar step is folded with the layer's seed; example_offset names global indices.
     _assert_same(ElectraMasking(SPECIAL, mask_prob=0.3, max_predictions_per_seq=N, seed=11)(
@@ -118,7 +118,7 @@ def test_fake_data_layer_is_make_fake_inputs():
     logits = _logits(4)
     layer = ElectraFakeData(temperature=0.7, disallow_correct=True)
     expected = sampling.make_fake_inputs(
-        masking.MaskedInputs(**masked), logits, seeds=_example_seeds(4, seeds.SAMPLING_SALT),
+        masking.MaskedInputs(**masked), logits, keys=_example_seeds(4, seeds.SAMPLING_SALT),
         temperature=0.7, disallow_correct=True)._asdict()
     out = layer(masked, logits, seed=SEED)
     _assert_same({k: out[k] for k in expected}, expected)

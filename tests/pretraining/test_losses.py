@@ -128,12 +128,12 @@ def _objective(table, disc_vector, ids, mask, step_seed):
     first = seeds_lib.replica_example_offset(local_batch)
     masked = masking.mask_inputs(
         ids, mask, tf.zeros_like(ids), special=SPECIAL, mask_prob=0.15, max_predictions_per_seq=N_SLOTS,
-        seeds=seeds_lib.example_seeds(step_seed, first, local_batch, seeds_lib.MASKING_SALT))
+        keys=seeds_lib.example_keys(step_seed, first, local_batch, seeds_lib.MASKING_SALT))
     hidden = gather_positions(tf.gather(table, masked.input_ids), masked.masked_lm_positions)
     mlm_logits = tf.einsum("bnh,vh->bnv", hidden, table)
     mlm = losses.mlm_loss(mlm_logits, masked.masked_lm_ids, masked.masked_lm_weights)
     fake = sampling.make_fake_inputs(
-        masked, mlm_logits, seeds=seeds_lib.example_seeds(step_seed, first, local_batch, seeds_lib.SAMPLING_SALT))
+        masked, mlm_logits, keys=seeds_lib.example_keys(step_seed, first, local_batch, seeds_lib.SAMPLING_SALT))
     disc_logits = tf.einsum("blh,h->bl", tf.gather(table, fake.input_ids), disc_vector)
     rtd = losses.rtd_loss(disc_logits, fake.is_fake, mask)
     return mlm.loss + DISC_WEIGHT * rtd.loss, masked.masked_lm_positions, fake.sampled_ids

@@ -10,11 +10,11 @@ from electra_tf.pretraining import masking, seeds as seeds_lib
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=103)
-SEED = tf.constant([2024, 7], tf.int64)
+SEED = tf.constant([2024, 7], tf.int32)
 
 
 def _seeds(batch_size, first=0, seed=SEED):
-    return seeds_lib.example_seeds(seed, first, batch_size, salt=seeds_lib.MASKING_SALT)
+    return seeds_lib.example_keys(seed, first, batch_size, salt=seeds_lib.MASKING_SALT)
 
 
 def _batch(lengths, seq_length, seed=0, low=1000, high=30000):
@@ -31,12 +31,12 @@ def _batch(lengths, seq_length, seed=0, low=1000, high=30000):
     return ids, mask, (np.arange(seq_length)[None, :] >= 5).astype(np.int32) * mask
 
 
-def _mask(ids, mask, seg, seeds=None, **kw):
+def _mask(ids, mask, seg, keys=None, **kw):
     kw.setdefault("mask_prob", 0.15)
     kw.setdefault("max_predictions_per_seq", 19)
     return masking.mask_inputs(
         tf.constant(ids), tf.constant(mask), tf.constant(seg), special=SPECIAL,
-        seeds=_seeds(len(ids)) if seeds is None else seeds, **kw)
+        keys=_seeds(len(ids)) if keys is None else keys, **kw)
 
 
 @pytest.mark.parametrize("n,expected", [
@@ -87,7 +87,7 @@ def test_mask_prob_1_without_replacement_masks_exactly_the_candidates():
                     [101, 9, 102, 0, 0, 0, 0, 0, 0, 0]], np.int32)
     mask = (ids != 0).astype(np.int32)
     seg = np.zeros_like(ids)
-    fn = tf.function(lambda s: _mask(ids, mask, seg, seeds=s, mask_prob=1.0, max_predictions_per_seq=10,
+    fn = tf.function(lambda s: _mask(ids, mask, seg, keys=s, mask_prob=1.0, max_predictions_per_seq=10,
                                      mask_token_prob=1.0, with_replacement=False))
     out = fn(_seeds(2))
     # k = min(N, n_tokens, n_candidates): 4 candidates in row 0, 1 in row 1.
@@ -131,7 +131,7 @@ def test_fixed_seeds_are_deterministic_and_graph_matches_eager():
     eager = _mask(ids, mask, seg)
     graph = tf.function(lambda: _mask(ids, mask, seg))()
     again = _mask(ids, mask, seg)
-    other = _mask(ids, mask, seg, seeds=_seeds(2, seed=tf.constant([1, 1], tf.int64)))
+    other = _mask(ids, mask, seg, keys=_seeds(2, seed=tf.constant([1, 1], tf.int64)))
     for a, b in ((eager, graph), (eager, again)):
         for x, y in zip(a, b):
             np.testing.assert_array_equal(x.numpy(), y.numpy())
@@ -141,8 +141,8 @@ def test_fixed_seeds_are_deterministic_and_graph_matches_eager():
 @pytest.mark.parametrize("with_replacement", [True, False])
 def test_per_example_seed_invariance_under_batch_split(with_replacement):
     ids, mask, seg = _batch([128, 100, 90, 30, 128, 17, 64, 50], 128, seed=5)
-    whole = _mask(ids, mask, seg, seeds=_seeds(8), with_replacement=with_replacement)
-    halves = [_mask(ids[i:i + 4], mask[i:i + 4], seg[i:i + 4], seeds=_seeds(4, first=i),
+    whole = _mask(ids, mask, seg, keys=_seeds(8), with_replacement=with_replacement)
+    halves = [_mask(ids[i:i + 4], mask[i:i + 4], seg[i:i + 4], keys=_seeds(4, first=i),
                     with_replacement=with_replacement) for i in (0, 4)]
     for field in masking.MaskedInputs._fields:
         np.testing.assert_array_equal(
@@ -156,7 +156,7 @@ def _many(batch_size, length, **kw):
     """A batch of identical rows: [CLS] + (length - 2) candidates + [SEP], then masked."""
     ids, mask, seg = _batch([length] * batch_size, length, seed=11)
     # Graph mode: eagerly, the per-example map_fn is a Python loop (slow for thousands of rows).
-    return ids, tf.function(lambda: _mask(ids, mask, seg, seeds=_seeds(batch_size), **kw))()
+    return ids, tf.function(lambda: _mask(ids, mask, seg, keys=_seeds(batch_size), **kw))()
 
 
 def test_positions_uniform_over_candidates_with_replacement():

@@ -14,11 +14,11 @@ from electra_tf.vocab import SpecialTokens
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
 # Ids 5..49 start a word, 50..99 continue one ("##x").
 CONTINUATION = list(range(50, 100))
-SEED = tf.constant([77, 3], tf.int64)
+SEED = tf.constant([77, 3], tf.int32)
 
 
 def _seeds(batch_size, first=0):
-    return seeds_lib.example_seeds(SEED, first, batch_size, salt=seeds_lib.MASKING_SALT)
+    return seeds_lib.example_keys(SEED, first, batch_size, salt=seeds_lib.MASKING_SALT)
 
 
 def _rows(word_lengths_per_row, seq_length, rng):
@@ -38,14 +38,14 @@ def _rows(word_lengths_per_row, seq_length, rng):
     return ids, (ids > 0).astype(np.int32), words
 
 
-def _mask(ids, mask, seeds=None, **kw):
+def _mask(ids, mask, keys=None, **kw):
     kw.setdefault("mask_prob", 0.15)
     kw.setdefault("max_predictions_per_seq", 19)
     fn = tf.function(lambda s: masking.mask_inputs(
         tf.constant(ids), tf.constant(mask), tf.zeros_like(tf.constant(ids)), special=SPECIAL,
-        seeds=s, whole_word_masking=True,
+        keys=s, whole_word_masking=True,
         word_starts=whole_word.word_starts_from_ids(tf.constant(ids), CONTINUATION), **kw))
-    return fn(_seeds(len(ids)) if seeds is None else seeds)
+    return fn(_seeds(len(ids)) if keys is None else keys)
 
 
 def _random_lengths(rng, rows, seq_length):
@@ -165,8 +165,8 @@ def test_85_15_split_per_token_and_no_random_tokens():
 def test_per_example_seeds_do_not_depend_on_the_batch_split():
     rng = np.random.default_rng(5)
     ids, mask, _ = _rows(_random_lengths(rng, 8, 64), 64, rng)
-    whole = _mask(ids, mask, seeds=_seeds(8))
-    halves = [_mask(ids[i:i + 4], mask[i:i + 4], seeds=_seeds(4, first=i)) for i in (0, 4)]
+    whole = _mask(ids, mask, keys=_seeds(8))
+    halves = [_mask(ids[i:i + 4], mask[i:i + 4], keys=_seeds(4, first=i)) for i in (0, 4)]
     for field in masking.MaskedInputs._fields:
         np.testing.assert_array_equal(
             getattr(whole, field).numpy(),

@@ -5,6 +5,7 @@ One uninterrupted run ("run A": 8 steps, checkpoint every 3, loops of 2, keep 2,
 shared by several tests; the resume test repeats it in two halves and compares bit for bit.
 """
 
+import dataclasses
 import logging
 import os
 import re
@@ -86,7 +87,10 @@ def test_config_json_is_written_before_step_0(run_a):
     before = run_a["before"]
     assert before["config_exists"] and before["step"] == 0 and before["checkpoint"] is None
     saved = PretrainingConfig.load(os.path.join(run_a["config"].model_dir, "config.json"))
-    assert saved == run_a["config"]
+    # The user's config, plus what the run recorded of its device (mixed_precision resolved).
+    assert saved == run_a["trainer"].config
+    assert saved == dataclasses.replace(run_a["config"], resolved_mixed_precision="float32",
+                                        resolved_mixed_precision_reason="set explicitly")
     with open(os.path.join(run_a["config"].model_dir, "vocab.txt"), "rb") as f:
         assert f.read() == open(os.path.join(run_a["config"].data_dir, "vocab.txt"), "rb").read()
 
