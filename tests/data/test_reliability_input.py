@@ -81,6 +81,9 @@ def deep_json_corpus(tmp_path_factory):
     lines = [json.dumps({"text": _text(rng, 3)}) for _ in range(60)]
     lines[30] = '{"a": ' + "[" * 1000 + "1" + "]" * 1000 + ', "text": "x"}'  # line 31
     (corpus / "deep.jsonl").write_text("\n".join(lines) + "\n")
+    # A second file: two packing tasks, so --num-processes 2 starts two worker processes.
+    (corpus / "more.jsonl").write_text("".join(json.dumps({"text": _text(rng, 3)}) + "\n"
+                                               for _ in range(40)))
     return corpus
 
 
@@ -93,7 +96,8 @@ def test_deeply_nested_json_is_a_counted_skip_naming_file_and_line(
     assert manifest["input_problems"] == [{
         "file": "deep.jsonl", "problem": "invalid_json", "count": 1, "first": "line 31",
         "detail": f"arrays or objects nested more than {formats.MAX_JSON_DEPTH} deep"}]
-    assert manifest["counts"]["documents"] == 59  # every other line is in the dataset
+    assert manifest["counts"]["documents"] == 59 + 40  # every other line is in the dataset
+    assert manifest["num_processes"] == int(processes)
     assert manifest["counts"]["skipped_documents"] == 1
 
 
@@ -282,8 +286,8 @@ def test_a_long_json_line_is_split_like_text_with_bounded_memory(vocab, tmp_path
     line_mib = os.path.getsize(large / "a.jsonl") / (1 << 20)
     baseline, _ = _peak_rss_mib(small, vocab, tmp_path / "out_small")
     peak, err = _peak_rss_mib(large, vocab, tmp_path / "out_large")
-    # Tokenising the whole line at once took ~35x its size (2.2 GB for 60 MB); now its text
-    # goes to the tokenizer in pieces of at most 1 MiB and parsing holds ~2 copies of it.
+    # Tokenising the whole line at once took ~23x its size (+1.3 GB for 57 MB); now its text
+    # goes to the tokenizer in pieces of at most 1 MiB (+0.26 GB measured for 57 MB).
     assert peak - baseline < 6 * line_mib, (peak, baseline, line_mib)
     assert "line(s) longer than 1048576 bytes in 1 file(s) were split" in err, err[-3000:]
     inputs = [json.loads(x) for x in open(tmp_path / "out_large" / "inputs.jsonl")]
