@@ -275,3 +275,27 @@ def test_resuming_in_another_precision_warns(data_dir, monkeypatch, caplog):
     import keras
 
     keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.slow
+def test_the_tool_prints_and_records_what_auto_picks_on_this_machine(data_dir):
+    """run_pretraining.py with no precision set: one start line saying what "auto" picked on
+    this machine's CPU and why, and config.json recording it (in a real process: conftest's
+    in-process stand-in does not reach it)."""
+    import subprocess
+    import sys
+
+    hparams = fx.tiny_hparams(num_train_steps=1, iterations_per_loop=1, save_checkpoints_steps=1)
+    del hparams["mixed_precision"]
+    proc = subprocess.run(fx.run_pretraining_command(data_dir, "auto_cli", hparams),
+                          env=fx.subprocess_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    name, flags = precision.read_cpu()
+    expected = resolve("auto", DeviceFacts("cpu", name, flags))
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines()
+             if "precision: " in line]
+    assert len(lines) == 1 and lines[0].endswith(expected.line()), lines
+    with open(os.path.join(data_dir, "models", "auto_cli", "config.json"), encoding="utf-8") as f:
+        saved = json.load(f)
+    assert (saved["mixed_precision"], saved["resolved_mixed_precision"],
+            saved["resolved_mixed_precision_reason"]) == ("auto", expected.policy, expected.reason)

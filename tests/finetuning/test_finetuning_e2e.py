@@ -92,6 +92,25 @@ def test_a_random_init_floor_uses_the_configured_sizes(world):
     assert results["init"]["kind"] == "random"
     assert results["init"]["encoder_config"]["num_hidden_layers"] == 1
     assert "export" not in results["trials"][0]  # nothing trained, nothing exported
+    assert results["precision"] == {"policy": "float32", "reason": "set explicitly"}
+
+
+def test_auto_precision_is_resolved_without_loss_scaling_and_recorded(world, monkeypatch):
+    """Fine-tuning's "auto" on an old GPU takes float32 (no loss scaling here), on a bf16 CPU
+    mixed_bfloat16; the results JSON says which and why."""
+    from electra_tf import precision
+
+    config = _config(world, random_init=True, do_train=False, mixed_precision="auto",
+                     model_hparam_overrides={"hidden_size": 16, "num_hidden_layers": 1},
+                     vocab_size=len(POSITIVE + NEGATIVE + FILLER) + 5, results_json=os.path.join(
+                         world["root"], "r", "auto.json"), results_txt=os.path.join(world["root"], "r", "auto.txt"))
+    v100 = precision.DeviceFacts("gpu", "Tesla V100", compute_capability=(7, 0))
+    monkeypatch.setattr(precision, "detect", lambda strategy=None: v100)
+    results = runner.run(config)
+    assert results["precision"]["policy"] == "float32"
+    assert "float16 needs loss scaling" in results["precision"]["reason"]
+    with open(config.results_json) as f:
+        assert json.load(f)["precision"] == results["precision"]
 
 
 def test_saved_model_and_model_dir_starts_load_the_same_encoder_weights(world):
