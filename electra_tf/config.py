@@ -483,6 +483,8 @@ def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
         parsed = json.loads(text) if text else {}
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
+    except RecursionError:
+        raise ConfigError(f"{source}: JSON nested too deeply (hparams are a flat object)") from None
     if not isinstance(parsed, dict):
         raise ConfigError(f"{source}: expected a JSON object of hparams, got {type(parsed).__name__}")
     return parsed

@@ -105,6 +105,7 @@ def test_qa6_example_ids_are_consecutive_and_feature_ids_encode_the_window(tmp_p
 
 @pytest.mark.parametrize("content,message", [
     ("{not json", r"t.json:1: not valid JSON"),
+    ('{"data": ' + "[" * 100000 + "]" * 100000 + "}", r"t.json: JSON nested too deeply"),
     ('{"version": "2.0"}', r"t.json: missing key 'data'"),
     ('{"data": [{"paragraphs": [{"context": "a", "qas": [{"question": "q"}]}]}]}',
      r"t.json: article 0, paragraph 0, question 0: missing key 'id'"),
@@ -145,6 +146,9 @@ def test_mrqa_reader_first_detected_answer_header_and_bad_lines(tmp_path):
     assert split.gold == {"m1": ["milk", "MILK"]}
     path.write_text(json.dumps(lines[0]) + "\n{oops\n")
     with pytest.raises(DataFileError, match=r"train.jsonl:2: not valid JSON"):
+        read_mrqa(str(path), "train")
+    path.write_text(json.dumps(lines[0]) + "\n" + "[" * 100000 + "]" * 100000 + "\n")
+    with pytest.raises(DataFileError, match=r"train.jsonl:2: JSON nested too deeply"):
         read_mrqa(str(path), "train")
 
 

@@ -71,6 +71,9 @@ def test_invalid_hparams_json_and_bad_value(capsys, data_dir):
     _assert_one_line_error(code, err, "num_train_steps")
     code, err = _main(capsys, "--data-dir", data_dir, "--hparams", "missing_file.json")
     _assert_one_line_error(code, err, "missing_file.json")
+    deep = '{"seed": ' + "[" * 100000 + "]" * 100000 + "}"
+    code, err = _main(capsys, "--data-dir", data_dir, "--hparams", deep)
+    _assert_one_line_error(code, err, "--hparams", "nested too deeply")
 
 
 @pytest.mark.parametrize("value, needle", [("-1", "must be 0 or more, got -1"),

@@ -249,6 +249,8 @@ def _load_json(path: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataFileError(f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
+    except RecursionError:
+        raise DataFileError(f"{path}: JSON nested too deeply to be a SQuAD file") from None
 
 
 def read_squad(path: str, split: str, v2: bool, skip_bad_answers: bool = False) -> QASplit:
@@ -280,6 +282,8 @@ def read_mrqa(path: str, split: str, skip_bad_answers: bool = False,
             paragraph = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataFileError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+        except RecursionError:
+            raise DataFileError(f"{where}: JSON nested too deeply to be an MRQA line") from None
         if isinstance(paragraph, dict) and "header" in paragraph:
             continue
         builder.add(paragraph, where, mrqa=True)
