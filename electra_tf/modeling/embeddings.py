@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import keras
 import keras_hub
-import tensorflow as tf
+from keras import ops
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import kernel_settings, ops_kernels
 
 # Official `tf.contrib.layers.layer_norm` hard-codes variance_epsilon = 1e-12 (spec section 7).
 LAYER_NORM_EPSILON = 1e-12
@@ -150,15 +150,22 @@ class ElectraEmbeddings(keras.layers.Layer):
         # [L, E] slice is broadcast by the addition instead of being tiled to [B, L, E].
         positions = self.position_embeddings(words[:1])
         out = words + self.token_type_embeddings(segment_ids) + positions
-        if fused.use_xla(training):  # LayerNorm + dropout as one compiled loop (see fused.py)
-            norm = self.layer_norm
+        norm = self.layer_norm
+        if not kernel_settings.use_tensorflow_kernels():
+            # JAX, PyTorch, or KERNELS "ops": float32 LayerNorm + dropout, the masks of the
+            # TensorFlow kernels below (ops_kernels.py).
+            return ops_kernels.norm_dropout(
+                out, ops.cast(norm.gamma, "float32"), ops.cast(norm.beta, "float32"),
+                norm.epsilon, ops_kernels.draw(self.dropout, ops.shape(out), out.dtype, training))
+        tf, fused = kernel_settings.tensorflow_kernels()
+        if kernel_settings.use_xla(training):  # LayerNorm + dropout as one compiled loop
             return fused.norm_dropout(
                 out, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
                 norm.epsilon, fused.draw_noise(self.dropout, tf.shape(out), out.dtype,
                                                bool(training)))
-        if fused.DROPOUT_RNG != "philox":
-            return fused.dropout(self.layer_norm(out), self.dropout, bool(training))
-        return self.dropout(self.layer_norm(out), training=training)
+        if kernel_settings.DROPOUT_RNG != "philox":
+            return fused.dropout(norm(out), self.dropout, bool(training))
+        return self.dropout(norm(out), training=training)
 
     def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):
         return tuple(input_ids_shape) + (self.embedding_size,)

@@ -35,8 +35,17 @@ Where keras-hub differs from the official code, and what this module does about 
   `{enc}/embeddings_project/{kernel,bias}` keeps the official name, and the shared block keeps
   the discriminator's paths, "electra/embeddings/...", in both encoders, as official (see
   embeddings.py). tests/test_modeling_reference.py loads official-layout weights this way.
-- Under mixed_bfloat16 the attention softmax runs in bfloat16 (keras' choice); LayerNorm always
-  computes in float32.
+- Under mixed_bfloat16 keras-hub's call and `_fused_call` run the attention softmax in bfloat16
+  (keras' choice); `_xla_call` and `_ops_call` run all elementwise work in float32. LayerNorm
+  always computes in float32.
+
+Backends and kernels (`kernel_settings.KERNELS`): `TransformerLayer` computes its block three ways,
+the same function each time. On TensorFlow, `_xla_call` (training calls, KERNELS "xla", the
+default) and `_fused_call` (inference, or KERNELS "tf") run fused.py's TensorFlow kernels, the
+speed path. JAX and PyTorch run `_ops_call`, the block in `keras.ops` (ops_kernels.py), which
+TensorFlow runs too with KERNELS "ops". keras-hub's own call would draw dropout from each
+backend's generator; `_ops_call` draws the hash stream from the same seed generators, so a block
+drops the same elements on every backend (tests/modeling/test_backend_parity.py).
 
 Randomness: every keras Dropout layer owns a seed generator whose seed is drawn from Python's
 `random` when the layer is constructed, so call `keras.utils.set_random_seed(seed)` before building
@@ -54,29 +63,28 @@ from typing import Optional
 
 import keras
 import keras_hub
-import tensorflow as tf
+from keras import ops
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import kernel_settings, ops_kernels
 from electra_tf.modeling.embeddings import (
     LAYER_NORM_EPSILON,
     ElectraEmbeddings,
     get_activation,
     truncated_normal,
 )
-from electra_tf.modeling.fused import dropout, gelu, layer_norm
 
-
-# When True (default), `TransformerLayer` runs its fused forward pass (`_fused_call`); False runs
-# keras-hub's own `TransformerEncoder.call` on the same variables. The two compute the same
-# function with the same dropout masks (tests/training/test_speed_equivalence.py); the switch
-# exists so tests can compare them.
+# When True (default), `TransformerLayer` runs its own forward pass (`_xla_call`, `_fused_call`
+# or `_ops_call`, after `kernel_settings.KERNELS` and the backend); False runs keras-hub's own
+# `TransformerEncoder.call` on the same variables. They compute the same function, with the same
+# dropout masks under DROPOUT_RNG "philox" on TensorFlow (tests/training/test_speed_equivalence.py);
+# the switch exists so tests can compare them.
 FUSED_BLOCK = True
 
 # keras.layers.Softmax replaces masked attention scores by these values (keras
 # `_large_negative_number`: -3e4 in float16, which cannot hold -1e9); the fused block adds them
 # instead, which gives the same float probabilities whenever a row has at least one unmasked key
 # (score + large negative rounds to the large negative, whose exp underflows to 0).
-_MASKED_SCORE = -1e9
+_MASKED_SCORE = ops_kernels.MASKED_SCORE
 _MASKED_SCORE_FLOAT16 = -3e4
 # Compute dtypes in which the FFN's exact GELU runs as `gelu` below (float32 math, closed-form
 # gradient) instead of keras' op-by-op erf form: half-precision Eigen kernels are slow on CPU.
@@ -126,9 +134,11 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 or self.normalize_first or inputs.shape[-1] is None):
             return super().call(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
                                 training=training, return_attention_scores=return_attention_scores)
-        if fused.use_xla(training):
+        if kernel_settings.use_xla(training):
             return self._xla_call(inputs, padding_mask, True)
-        return self._fused_call(inputs, padding_mask, bool(training))
+        if kernel_settings.use_tensorflow_kernels():
+            return self._fused_call(inputs, padding_mask, bool(training))
+        return self._ops_call(inputs, padding_mask, bool(training))
 
     def _fused_call(self, x, padding_mask, training):
         """keras-hub's post-LN block on the same variables, with fewer and larger kernels.
@@ -143,6 +153,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         - LayerNorm with a hand-written gradient (`layer_norm`), in float32 as keras.
         Measured on ELECTRA-small (2-core CPU): see docs/benchmarks.md.
         """
+        tf, fused = kernel_settings.tensorflow_kernels()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -172,19 +183,20 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             scores = scores + tf.where(keep, tf.constant(0.0, dtype),
                                        tf.constant(masked_score, dtype))
         probs = tf.nn.softmax(scores, axis=-1)
-        probs = dropout(probs, attention._dropout_layer, training)
+        probs = fused.dropout(probs, attention._dropout_layer, training)
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
         out = attention._output_dense
         attended = tf.nn.bias_add(tf.matmul(context, kernel(out, [heads * head_size, width])),
                                   bias(out))
-        attended = dropout(attended, self._self_attention_dropout, training) + rows
-        attended = layer_norm(attended, self._self_attention_layer_norm, dtype)
+        attended = fused.dropout(attended, self._self_attention_dropout, training) + rows
+        attended = fused.layer_norm(attended, self._self_attention_layer_norm, dtype)
         return tf.reshape(self._fused_feedforward(attended, dtype, training), shape)
 
     def _fused_feedforward(self, attended, dtype, training):
         """`_fused_call`'s feed-forward half on rows [B*L, H]: dense, GELU, dense, dropout,
         residual, LayerNorm."""
+        tf, fused = kernel_settings.tensorflow_kernels()
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
 
         def bias(layer):
@@ -192,12 +204,12 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
 
         hidden = tf.nn.bias_add(tf.matmul(attended, tf.cast(inner.kernel, dtype)), bias(inner))
         if inner.activation is keras.activations.gelu and dtype in _CUSTOM_GELU_DTYPES:
-            hidden = gelu(hidden)
+            hidden = fused.gelu(hidden)
         elif inner.activation is not None:
             hidden = inner.activation(hidden)
         hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))
-        hidden = dropout(hidden, self._feedforward_dropout, training) + attended
-        return layer_norm(hidden, self._feedforward_layer_norm, dtype)
+        hidden = fused.dropout(hidden, self._feedforward_dropout, training) + attended
+        return fused.layer_norm(hidden, self._feedforward_layer_norm, dtype)
 
     def _xla_call(self, x, padding_mask, training):
         """The same block with the elementwise work between the matmuls in XLA clusters
@@ -207,6 +219,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         bias + dropout + residual + LayerNorm (twice); bias + GELU. The four dense products go
         through `fused.matmul`, whose input gradient follows `fused.DENSE_GRAD`.
         """
+        tf, fused = kernel_settings.tensorflow_kernels()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -257,10 +270,70 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     @staticmethod
     def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
         """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
+        tf, fused = kernel_settings.tensorflow_kernels()
         h = fused.matmul(x, kernel)
         return fused.bias_dropout_residual_norm(
             h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
             norm.epsilon, fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
+
+    def _ops_call(self, x, padding_mask, training):
+        """`_fused_call`'s block in `keras.ops`, the forward pass of every backend (ops_kernels.py).
+
+        The same function as `_fused_call` and `_xla_call`, computed as `_xla_call` computes it:
+        one [tokens, H] x [H, 3H] matmul for Q, K and V, the query scaled, the padding mask a
+        -1e9 score bias, and the elementwise work between the matmuls in float32 (softmax,
+        dropout, residual adds, LayerNorm, GELU) rounded to the compute dtype once. The three
+        Dropout layers' seed generators are advanced once each, in `_fused_call`'s order
+        (attention probabilities, attention output, FFN output), so with DROPOUT_RNG "hash" the
+        masks are those of the TensorFlow paths on every backend.
+        """
+        dtype = self.compute_dtype
+        attention = self._self_attention_layer
+        heads, head_size = attention._num_heads, attention._key_dim
+        width = x.shape[-1]
+        shape = ops.shape(x)
+        rows = ops.reshape(x, (-1, width))  # [B*L, H]
+
+        def kernel(layer, new_shape):
+            return ops.reshape(ops.cast(layer.kernel, dtype), new_shape)
+
+        def bias(layer):
+            return ops.reshape(ops.cast(layer.bias, "float32"), (-1,))
+
+        projections = (attention._query_dense, attention._key_dense, attention._value_dense)
+        qkv_kernel = ops.concatenate([kernel(p, (width, heads * head_size)) for p in projections],
+                                     axis=1)
+        qkv = ops.cast(ops.matmul(rows, qkv_kernel), "float32") + ops.concatenate(
+            [bias(p) for p in projections], axis=0)  # [B*L, 3*heads*hs]
+        qkv = ops.transpose(ops.reshape(qkv, (shape[0], shape[1], 3, heads, head_size)),
+                            (2, 0, 3, 1, 4))
+        query, key, value = ops.unstack(qkv, 3, axis=0)  # [B, heads, L, hs], float32
+        query = ops.cast(query * attention._inverse_sqrt_key_dim, dtype)  # keras scales queries
+        scores = ops.matmul(query, ops.swapaxes(ops.cast(key, dtype), -1, -2))  # [B, heads, L, L]
+        probs = ops_kernels.attention_probs(
+            scores, None if padding_mask is None else ops_kernels.padding_bias(padding_mask),
+            ops_kernels.draw(attention._dropout_layer, ops.shape(scores), dtype, training))
+        context = ops.matmul(probs, ops.cast(value, dtype))  # [B, heads, L, hs]
+        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, heads * head_size))
+        out = attention._output_dense
+        attended = self._ops_matmul_norm(
+            context, kernel(out, (heads * head_size, width)), bias(out), rows,
+            self._self_attention_dropout, self._self_attention_layer_norm, training)
+        inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
+        hidden = ops_kernels.bias_activation(ops.matmul(attended, ops.cast(inner.kernel, dtype)),
+                                             bias(inner), inner.activation)
+        hidden = self._ops_matmul_norm(hidden, ops.cast(outer.kernel, dtype), bias(outer),
+                                       attended, self._feedforward_dropout,
+                                       self._feedforward_layer_norm, training)
+        return ops.reshape(hidden, shape)
+
+    @staticmethod
+    def _ops_matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
+        """LayerNorm(dropout(x @ kernel + bias) + residual) in `keras.ops` (`_matmul_norm`'s)."""
+        h = ops.matmul(x, kernel)
+        return ops_kernels.bias_dropout_residual_norm(
+            h, bias, residual, ops.cast(norm.gamma, "float32"), ops.cast(norm.beta, "float32"),
+            norm.epsilon, ops_kernels.draw(dropout_layer, ops.shape(h), h.dtype, training))
 
     def get_config(self):
         config = super().get_config()

@@ -1,9 +1,14 @@
-"""Elementwise kernels of the transformer block, op by op or as XLA-compiled clusters.
+"""TensorFlow's elementwise kernels of the transformer block, op by op or as XLA clusters.
+
+TensorFlow only: imported by the modeling layers only when the backend is TensorFlow and
+`kernel_settings.KERNELS` is "tf" or "xla". The same functions in `keras.ops`, which JAX and
+PyTorch run (and TensorFlow with KERNELS "ops"), are in ops_kernels.py.
 
 Between its matmuls, a post-LN transformer block does only memory-bound elementwise work: bias
 adds, GELU, the attention mask and softmax, dropout, residual adds and LayerNorm, and their
 gradients. TensorFlow runs each of these as its own kernel (one pass over memory each), ~25 per
-layer. This module computes them two ways, chosen by `KERNELS` when a model is traced:
+layer. This module computes them two ways, chosen by `kernel_settings.KERNELS` when a model is
+traced:
 
 - "tf": op by op (TensorFlow kernels), with closed-form gradients for LayerNorm and GELU. This
   is the block's original fast path (issue 5).
@@ -45,10 +50,8 @@ matmul(dy, kernel, transpose_b=True); "einsum" computes the same product as
 the transposed-operand MatMul runs the FFN's [tokens, 1024] x [256, 1024]^T at ~156 GFLOP/s and
 the einsum at ~210 (the forward product's speed; `benchmarks/dense_grad.py`, docs/benchmarks.md).
 
-All four switches are read when a model is traced (`tf.function` / Keras call), so set them
-before building the training step (`configure`, the `kernel_options` context manager, or the
-ELECTRA_TF_KERNELS / ELECTRA_TF_DROPOUT_RNG / ELECTRA_TF_SAMPLING_RNG / ELECTRA_TF_DENSE_GRAD
-environment variables for a whole process). The
+All four switches live in kernel_settings.py (re-exported here, so `fused.configure`,
+`fused.kernel_options` and `fused.KERNELS` keep working) and are read when a model is traced. The
 clusters run in training calls only (`use_xla`): evaluation and exported models use the op-by-op
 kernels, so serving a SavedModel never needs the XLA JIT.
 
@@ -60,90 +63,48 @@ against the op-by-op path: losses, gradients and weights agree to float rounding
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
+import sys
+import types
 from typing import NamedTuple, Optional
 
 import keras
 import tensorflow as tf
 
-KERNEL_CHOICES = ("tf", "xla")
-DROPOUT_RNG_CHOICES = ("philox", "hash")
-SAMPLING_RNG_CHOICES = ("philox", "hash")
-DENSE_GRAD_CHOICES = ("matmul", "einsum")
+from electra_tf.modeling import kernel_settings
+from electra_tf.modeling.kernel_settings import (  # noqa: F401  (re-exported, see below)
+    DEFAULT_DENSE_GRAD,
+    DEFAULT_DROPOUT_RNG,
+    DEFAULT_KERNELS,
+    DEFAULT_SAMPLING_RNG,
+    DENSE_GRAD_CHOICES,
+    DROPOUT_RNG_CHOICES,
+    KERNEL_CHOICES,
+    SAMPLING_RNG_CHOICES,
+    configure,
+    kernel_options,
+    use_xla,
+)
 
-# Read at trace time by the encoder, embeddings, heads and the generator's sampler (see the
-# module docstring). The environment variables ELECTRA_TF_KERNELS, ELECTRA_TF_DROPOUT_RNG,
-# ELECTRA_TF_SAMPLING_RNG and ELECTRA_TF_DENSE_GRAD override the defaults for a whole process
-# (e.g. a run_pretraining.py job); `configure` changes them in code.
-DEFAULT_KERNELS = "xla"
-DEFAULT_DROPOUT_RNG = "hash"
-DEFAULT_SAMPLING_RNG = "hash"
-DEFAULT_DENSE_GRAD = "einsum"
-KERNELS = DEFAULT_KERNELS
-DROPOUT_RNG = DEFAULT_DROPOUT_RNG
-SAMPLING_RNG = DEFAULT_SAMPLING_RNG
-DENSE_GRAD = DEFAULT_DENSE_GRAD
-_ENVIRONMENT = ("ELECTRA_TF_KERNELS", "ELECTRA_TF_DROPOUT_RNG", "ELECTRA_TF_SAMPLING_RNG",
-                "ELECTRA_TF_DENSE_GRAD")
-
-
-def configure(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
-              sampling_rng: Optional[str] = None, dense_grad: Optional[str] = None) -> None:
-    """Sets the kernel implementation and the random streams for models traced from now on.
-
-    Args:
-        kernels: "tf" (op by op) or "xla" (compiled elementwise clusters); None keeps the current.
-        dropout_rng: "philox" (keras' stream) or "hash" (counter-based); None keeps the current.
-        sampling_rng: the generator's Gumbel noise, "philox" (per-example Philox draws) or "hash"
-            (counter-based, fused with the sampling scores in XLA); None keeps the current.
-        dense_grad: how `matmul` computes its input gradient, "matmul" (TensorFlow's MatMul
-            gradient) or "einsum"; None keeps the current.
-
-    Raises:
-        ValueError: an unknown choice.
-    """
-    global KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD
-    for name, value, choices in (("kernels", kernels, KERNEL_CHOICES),
-                                 ("dropout_rng", dropout_rng, DROPOUT_RNG_CHOICES),
-                                 ("sampling_rng", sampling_rng, SAMPLING_RNG_CHOICES),
-                                 ("dense_grad", dense_grad, DENSE_GRAD_CHOICES)):
-        if value is not None and value not in choices:
-            raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-    if kernels is not None:
-        KERNELS = kernels
-    if dropout_rng is not None:
-        DROPOUT_RNG = dropout_rng
-    if sampling_rng is not None:
-        SAMPLING_RNG = sampling_rng
-    if dense_grad is not None:
-        DENSE_GRAD = dense_grad
+# The switches (KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD) and their choices, defaults,
+# `configure`, `kernel_options` and `use_xla` are defined once, TensorFlow-free, in
+# kernel_settings.py, and re-exported here. The four switches are properties of this module's
+# class, so `fused.KERNELS` reads and `fused.KERNELS = ...` (or pytest's monkeypatch.setattr,
+# which restores a data descriptor by assignment) writes kernel_settings' one definition.
+def _forwarded(name: str) -> property:
+    return property(lambda module: getattr(kernel_settings, name),
+                    lambda module, value: setattr(kernel_settings, name, value),
+                    doc=f"`kernel_settings.{name}`.")
 
 
-try:
-    configure(*(os.environ.get(name) or None for name in _ENVIRONMENT))
-except ValueError as error:
-    raise ValueError(f"environment variable {' / '.join(_ENVIRONMENT)}: {error}") from None
+class _SettingsForwarding(types.ModuleType):
+    KERNELS = _forwarded("KERNELS")
+    DROPOUT_RNG = _forwarded("DROPOUT_RNG")
+    SAMPLING_RNG = _forwarded("SAMPLING_RNG")
+    DENSE_GRAD = _forwarded("DENSE_GRAD")
 
 
-@contextlib.contextmanager
-def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = None,
-                   sampling_rng: Optional[str] = None, dense_grad: Optional[str] = None):
-    """`configure` for the duration of a `with` block (restores the previous choices)."""
-    previous = (KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD)
-    configure(kernels, dropout_rng, sampling_rng, dense_grad)
-    try:
-        yield
-    finally:
-        configure(*previous)
-
-
-def use_xla(training) -> bool:
-    """Whether a call traced now runs its elementwise work in XLA clusters: KERNELS = "xla" and
-    a training call. Inference (training False: evaluation, export, fine-tuned serving) always
-    runs the op-by-op kernels, so a SavedModel never needs the XLA JIT."""
-    return KERNELS == "xla" and bool(training)
+sys.modules[__name__].__class__ = _SettingsForwarding
 
 
 # ------------------------------------------------------------------------------------------------
@@ -177,7 +138,7 @@ def draw_noise(layer: keras.layers.Dropout, shape, dtype, training: bool) -> Opt
     if not training or rate <= 0:
         return None
     seed = keras_seed(layer.seed_generator)
-    if DROPOUT_RNG == "hash":
+    if kernel_settings.DROPOUT_RNG == "hash":
         return Noise(rate, "hash", seed)
     return Noise(rate, "philox", tf.random.stateless_uniform(shape, seed=seed, dtype=dtype))
 
@@ -660,6 +621,6 @@ def matmul(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         float [rows, out]. The value and both gradients are the same products whatever
         `DENSE_GRAD` (float rounding may differ with the kernel oneDNN picks).
     """
-    if DENSE_GRAD == "einsum":
+    if kernel_settings.DENSE_GRAD == "einsum":
         return _matmul_einsum_input_grad(x, kernel)
     return tf.matmul(x, kernel)

@@ -30,9 +30,9 @@ float32.
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import kernel_settings, ops_kernels
 from electra_tf.modeling.embeddings import LAYER_NORM_EPSILON, get_activation, truncated_normal
 
 
@@ -80,17 +80,22 @@ class GeneratorHead(keras.layers.Layer):
             name="output_bias", shape=(self.vocab_size,), initializer="zeros", autocast=False)
 
     def call(self, hidden, word_embeddings_table):
-        table = tf.cast(word_embeddings_table, self.compute_dtype)  # [V, E]
-        if table.shape.rank != 2 or table.shape[-1] != self.embedding_size:
+        table = ops.cast(word_embeddings_table, self.compute_dtype)  # [V, E]
+        if len(table.shape) != 2 or table.shape[-1] != self.embedding_size:
             raise ValueError(f"{self.name}: word_embeddings_table must be [vocab_size, "
-                             f"{self.embedding_size}], got {table.shape}")
+                             f"{self.embedding_size}], got {tuple(table.shape)}")
         x = self.layer_norm(self.dense(hidden))  # [B, N, E]
-        shape = tf.shape(x)
-        flat = tf.reshape(x, [-1, self.embedding_size])
-        # transpose_b lets the matmul read the table in place instead of materialising table^T.
-        logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
-        logits = tf.cast(logits, "float32") + tf.cast(self.output_bias.value, "float32")
-        return tf.reshape(logits, tf.concat([shape[:-1], [-1]], axis=0))
+        shape = ops.shape(x)
+        flat = ops.reshape(x, (-1, self.embedding_size))
+        if kernel_settings.use_tensorflow_kernels():
+            tf, _ = kernel_settings.tensorflow_kernels()
+            # transpose_b lets the matmul read the table in place instead of materialising
+            # table^T (TensorFlow's MatMul; the other backends' compilers fold the transpose).
+            logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
+        else:
+            logits = ops.matmul(flat, ops.transpose(table))
+        logits = ops.cast(logits, "float32") + ops.cast(self.output_bias.value, "float32")
+        return ops.reshape(logits, tuple(shape[:-1]) + (self.vocab_size,))
 
     def compute_output_spec(self, hidden, word_embeddings_table):
         return keras.KerasTensor(tuple(hidden.shape[:-1]) + (self.vocab_size,), dtype="float32")
@@ -119,8 +124,8 @@ class DiscriminatorHead(keras.layers.Layer):
 
     Call arguments:
         sequence_output: float tensor `[batch_size, seq_length, hidden_size]`.
-        training: bool. Only selects the kernels (fused.py: XLA clusters in training calls);
-            the head has no dropout.
+        training: bool. Only selects the kernels (TensorFlow's fused.py: XLA clusters in
+            training calls); the head has no dropout.
 
     Returns:
         float32 logits `[batch_size, seq_length]` (> 0 means "replaced").
@@ -148,18 +153,24 @@ class DiscriminatorHead(keras.layers.Layer):
 
     def call(self, sequence_output, training=None):
         dense = self.dense
-        if fused.use_xla(training) and dense.activation is keras.activations.gelu:
-            # bias + GELU as one compiled loop after the matmul (see fused.py).
-            dtype = self.compute_dtype
+        dtype = self.compute_dtype
+        if kernel_settings.use_xla(training) and dense.activation is keras.activations.gelu:
+            # bias + GELU as one compiled loop after the matmul (TensorFlow's fused.py).
+            tf, fused = kernel_settings.tensorflow_kernels()
             shape = tf.shape(sequence_output)
             flat = tf.reshape(tf.cast(sequence_output, dtype), [-1, self.hidden_size])
             hidden = fused.bias_gelu(tf.matmul(flat, tf.cast(dense.kernel, dtype)),
                                      tf.cast(dense.bias, tf.float32))
             hidden = tf.reshape(hidden, shape)
-        else:
+        elif kernel_settings.use_tensorflow_kernels():
             hidden = dense(sequence_output)
+        else:
+            # keras.ops: bias + activation as fused.bias_gelu computes them (float32 GELU).
+            hidden = ops_kernels.bias_activation(
+                ops.matmul(ops.cast(sequence_output, dtype), ops.cast(dense.kernel, dtype)),
+                ops.cast(dense.bias, "float32"), dense.activation)
         logits = self.dense_1(hidden)  # [B, L, 1]
-        return tf.cast(tf.squeeze(logits, axis=-1), "float32")
+        return ops.cast(ops.squeeze(logits, axis=-1), "float32")
 
     def compute_output_spec(self, sequence_output, training=None):
         return keras.KerasTensor(tuple(sequence_output.shape[:-1]), dtype="float32")
