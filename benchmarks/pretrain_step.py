@@ -68,10 +68,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-IMPLEMENTATIONS = ("electra_tf", "torch", "torch_compile", "keras_naive")
+IMPLEMENTATIONS = ("electra_tf", "electra_tf_jax", "electra_tf_torch", "torch", "torch_compile",
+                   "keras_naive")
+# electra-tf on the other Keras backends: ElectraPretrainer.fit() under KERAS_BACKEND (issue 32).
+KERAS_BACKEND_WORKERS = {"electra_tf_jax": "jax", "electra_tf_torch": "torch"}
 PEERS = ("torch", "torch_compile")  # the rows electra-tf's target ratio is measured against
 DTYPES = ("float32", "bfloat16")
-IMPL_LABELS = {"electra_tf": "electra-tf", "torch": "HF transformers (PyTorch)",
+IMPL_LABELS = {"electra_tf": "electra-tf", "electra_tf_jax": "electra-tf on JAX (fit)",
+               "electra_tf_torch": "electra-tf on PyTorch (fit)",
+               "torch": "HF transformers (PyTorch)",
                "torch_compile": "HF transformers + torch.compile",
                "keras_naive": "naive Keras 3 (keras-hub)"}
 
@@ -358,6 +363,60 @@ def worker_torch(args):
             "torch_threads": torch.get_num_threads()}
 
 
+def worker_electra_tf_backend(args):
+    """electra-tf's `ElectraPretrainer.fit()` on JAX or PyTorch (KERAS_BACKEND set by `spawn`):
+    the same model, objective and official AdamW, NumPy batches; each window is one `fit()`
+    call of `steps` batches (JAX: the jitted step traced once, by the first call)."""
+    import keras
+    import numpy as np
+
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+    from electra_tf.training.optimization import create_optimizer
+    from electra_tf.vocab import SpecialTokens
+
+    config = PretrainingConfig.create("bench", "unused", {
+        "model_size": "small", "vocab_size": VOCAB_SIZE, "max_seq_length": SEQ_LENGTH,
+        "train_batch_size": args.batch, "num_warmup_steps": NUM_WARMUP_STEPS,
+        "mixed_precision": "float32" if args.dtype == "float32" else "mixed_bfloat16"})
+    keras.mixed_precision.set_global_policy(config.mixed_precision)
+    keras.utils.set_random_seed(0)
+    start = time.perf_counter()
+    model = ElectraPretrainer.from_pretraining_config(config, SpecialTokens(**SPECIAL))
+    model.compile(optimizer=create_optimizer(config).optimizer)
+    build_seconds = time.perf_counter() - start
+    pool = numpy_batches(args.batch, 8, seed=1)
+    data = {k: np.concatenate([b[k] for b in pool]).astype("int32") for k in pool[0]}
+    counter = [0]
+    losses = []
+
+    def run_window(num_steps):
+        rows = [(counter[0] + i) % len(pool) for i in range(num_steps)]
+        counter[0] += num_steps
+        window = {k: np.concatenate([v[r * args.batch:(r + 1) * args.batch] for r in rows])
+                  for k, v in data.items()}
+        history = model.fit(window, batch_size=args.batch, epochs=1, shuffle=False, verbose=0)
+        losses.append(float(history.history["loss"][-1]))
+
+    start = time.perf_counter()
+    run_window(1)
+    first = time.perf_counter() - start
+    load_start = os.getloadavg()
+    times = _timed_windows(run_window, args.steps, args.warmup, args.windows)
+    versions = {"keras": keras.__version__, "backend": keras.backend.backend()}
+    if versions["backend"] == "jax":
+        import jax
+
+        versions["jax"] = jax.__version__
+    else:
+        import torch
+
+        versions["torch"] = torch.__version__
+    return {"build_seconds": build_seconds, "first_call_seconds": first, "window_seconds": times,
+            "losses": losses, "load_average_windows": [load_start, os.getloadavg()],
+            "versions": versions}
+
+
 def worker_keras_naive(args):
     import keras
     import keras_hub
@@ -512,7 +571,9 @@ def worker_peak(args):
     return {"peak_gflops": peak, "matmul_gflops": results}
 
 
-WORKERS = {"electra_tf": worker_electra_tf, "torch": worker_torch, "torch_compile": worker_torch,
+WORKERS = {"electra_tf": worker_electra_tf, "electra_tf_jax": worker_electra_tf_backend,
+           "electra_tf_torch": worker_electra_tf_backend,
+           "torch": worker_torch, "torch_compile": worker_torch,
            "keras_naive": worker_keras_naive, "peak": worker_peak}
 
 
@@ -568,9 +629,12 @@ def spawn(worker, args, extra, timeout):
         cmd += ["--electra-tf-kernels", args.electra_tf_kernels]
     if args.profile_dir:
         cmd += ["--profile-dir", args.profile_dir]
+    env = dict(os.environ)
+    if worker in KERAS_BACKEND_WORKERS:
+        env["KERAS_BACKEND"] = KERAS_BACKEND_WORKERS[worker]
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
     wall = time.perf_counter() - start
     try:
         if proc.returncode != 0:

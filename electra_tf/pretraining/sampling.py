@@ -5,8 +5,8 @@
 never builds a one-hot for `disallow` either. `make_fake_inputs` is the official `_get_fake_data`.
 
 The Gumbel noise comes from one of two streams, chosen by `SAMPLING_RNG` when the step is
-traced (`sampling_rng()`: `electra_tf.modeling.fused.configure` / `kernel_options`, or
-ELECTRA_TF_SAMPLING_RNG, on TensorFlow):
+traced (`sampling_rng()`: `electra_tf.modeling.kernel_settings.configure` / `kernel_options`,
+or ELECTRA_TF_SAMPLING_RNG, on TensorFlow):
 
 - "hash" (default, every backend): u = the counter-based hash of (example key, slot, vocab id)
   (`electra_tf.modeling.rng`: murmur3's finaliser, top 24 bits as (k + 0.5) / 2^24), and the
@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, Optional
 import keras
 from keras import ops
 
-from electra_tf.modeling import rng
+from electra_tf.modeling import kernel_settings, rng
 from electra_tf.pretraining.masking import MaskedInputs, unmask
 from electra_tf.pretraining.tensor_ops import scatter_update
 
@@ -76,13 +76,11 @@ def _scores(logits, keys, temperature, disallow_ids):
 
 
 def sampling_rng() -> str:
-    """The Gumbel stream models traced now use: the `SAMPLING_RNG` switch on TensorFlow (see
-    `electra_tf.modeling.fused`), "hash" on the other backends."""
+    """The Gumbel stream models traced now use: the `SAMPLING_RNG` switch on TensorFlow
+    (`electra_tf.modeling.kernel_settings`), "hash" on the other backends."""
     if keras.backend.backend() != "tensorflow":
         return "hash"
-    from electra_tf.modeling import fused
-
-    return fused.SAMPLING_RNG
+    return kernel_settings.SAMPLING_RNG
 
 
 @functools.lru_cache(maxsize=None)

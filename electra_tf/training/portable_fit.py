@@ -35,9 +35,9 @@ from keras import ops
 from electra_tf.modeling import rng
 from electra_tf.pretraining import seeds
 from electra_tf.pretraining.metrics import PretrainingMetrics
+from electra_tf.training import optimization
 
-# The official global-norm clip (google-research/electra optimization.py).
-CLIP_NORM = 1.0
+CLIP_NORM = optimization.CLIP_NORM  # the official global-norm clip
 LOSS_KEYS = ("total_loss", "masked_lm_loss", "disc_loss")
 
 
@@ -125,13 +125,6 @@ def micro_batches(model, batch, seed, steps: int):
              for j in range(steps)], denominators)
 
 
-def clip_by_global_norm(grads, clip_norm: float = CLIP_NORM):
-    """grads * clip_norm / max(global norm, clip_norm) (the official `tf.clip_by_global_norm`)."""
-    norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads))
-    scale = clip_norm / ops.maximum(norm, clip_norm)
-    return [ops.cast(ops.cast(g, "float32") * scale, g.dtype) for g in grads], norm
-
-
 def merge_outputs(outputs: List[Dict]) -> Dict:
     """One step's outputs from its micro-batches': losses summed, metric inputs concatenated."""
     if len(outputs) == 1:
@@ -176,7 +169,7 @@ def jax_train_step(model, fit: FitState, state, data):
                                                denominators)
         grads = g if grads is None else [a + b for a, b in zip(grads, g)]
         outputs.append(out)
-    grads, _ = clip_by_global_norm(grads)
+    grads = optimization.dense_clip_by_global_norm(grads, CLIP_NORM).gradients
     trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
     logs, metrics_vars = _stateless_metrics(model, fit, metrics_vars, merge_outputs(outputs))
     return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
@@ -231,7 +224,7 @@ def torch_train_step(model, fit: FitState, data):
     grads = [v.value.grad if v.value.grad is not None else torch.zeros_like(v.value)
              for v in variables]
     with torch.no_grad():
-        grads, _ = clip_by_global_norm(grads)
+        grads = optimization.dense_clip_by_global_norm(grads, CLIP_NORM).gradients
         optimizer.apply(grads, variables)
         return update_metrics(fit, _detached(merge_outputs(outputs)))
 

@@ -12,16 +12,30 @@ from tests.pretraining_fixtures import REPO_ROOT
 
 DOC = os.path.join(REPO_ROOT, "docs", "keras.md")
 FIRST_RUNNABLE_SECTION = "## The objective around keras-hub backbones"
+BACKENDS_SECTION = "## On JAX and PyTorch"
+
+
+def _section(start: str, end=None) -> str:
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    text = text[text.index(start):]
+    return text[:text.index(end)] if end else text
 
 
 def runnable_code() -> str:
-    """The doc's Python blocks from the keras-hub section on, in order (one program)."""
-    with open(DOC, encoding="utf-8") as f:
-        text = f.read()
-    text = text[text.index(FIRST_RUNNABLE_SECTION):]
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    """The doc's TensorFlow Python blocks from the keras-hub section on, in order (one
+    program)."""
+    blocks = re.findall(r"```python\n(.*?)```", _section(FIRST_RUNNABLE_SECTION, BACKENDS_SECTION),
+                        flags=re.S)
     assert len(blocks) == 2, "docs/keras.md changed: update this test"
     return "\n".join(blocks)
+
+
+def backends_code() -> str:
+    """The self-contained block of the JAX / PyTorch section."""
+    blocks = re.findall(r"```python\n(.*?)```", _section(BACKENDS_SECTION), flags=re.S)
+    assert len(blocks) == 1, "docs/keras.md changed: update this test"
+    return blocks[0]
 
 
 @pytest.mark.slow  # ~45 s on a loaded 2-core machine (tracing two small models)
@@ -44,3 +58,37 @@ def test_docs_examples_run(tmp_path):
     assert set(history) == {"loss", *METRIC_NAMES}
     assert all(math.isfinite(v[-1]) for v in history.values()), history
     assert int(namespace["pretrainer"].optimizer.iterations) == 3
+
+
+@pytest.mark.slow
+def test_backends_example_runs_as_written_on_every_backend():
+    """The JAX block, run as a script in a fresh process under each backend (TensorFlow made
+    unimportable on JAX and PyTorch): it trains (finite losses, the second epoch's below the
+    first's) and evaluates. The backends' curves are not compared here: Keras' initialisers
+    draw from each backend's own generator (tests/training/test_backends_equal.py hands the
+    same weights to all three)."""
+    import ast
+    import subprocess
+    import sys
+
+    from tests import backends, pretraining_fixtures as fx
+
+    losses = {}
+    for backend in ("tensorflow",) + backends.BACKENDS:
+        if backend != "tensorflow":
+            backends.require(backend)
+        guard = ("import sys\nfor _n in ('tensorflow', 'tensorflow_text'):\n"
+                 "    sys.modules[_n] = None\n") if backend != "tensorflow" else ""
+        proc = subprocess.run([sys.executable, "-c", guard + backends_code()],
+                              env=fx.subprocess_env(KERAS_BACKEND=backend), capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        first, second = proc.stdout.strip().splitlines()[-2:]
+        name, curve = first.split(" ", 1)
+        assert name == backend
+        losses[backend] = ast.literal_eval(curve)
+        logs = ast.literal_eval(second)
+        assert set(logs) == {"loss", *METRIC_NAMES} and all(math.isfinite(v) for v in logs.values())
+    for backend, curve in losses.items():
+        assert len(curve) == 2 and all(math.isfinite(v) for v in curve), (backend, curve)
+        assert curve[1] < curve[0], (backend, curve)
