@@ -39,7 +39,8 @@ class LayerCase:
         init_kwargs: constructor arguments (JSON-clean).
         input_data: call arguments by name: numpy arrays or dicts of arrays.
         expected_output_shape: shape of the output, or a dict of shapes for a dict output.
-        expected_output_dtype: dtype of every output; None means the layer's compute dtype.
+        expected_output_dtype: dtype of every output, or a dict of dtypes for a dict output;
+            None means the layer's compute dtype.
         training: whether `call` takes `training` (then it is run with False and True).
         rtol, atol: tolerance of the cross-backend output comparison (`run_backend_test`).
     """
@@ -80,6 +81,14 @@ def _shapes(expected_output_shape) -> List[tuple]:
     return [tuple(expected_output_shape)]
 
 
+def _dtypes(expected_output_dtype, expected_output_shape) -> List[str]:
+    """The expected dtypes in the order of `_shapes`."""
+    count = len(_shapes(expected_output_shape))
+    if isinstance(expected_output_dtype, dict):
+        return [expected_output_dtype[k] for k in sorted(expected_output_dtype)]
+    return [expected_output_dtype] * count
+
+
 def _assert_same(actual, expected, rtol=0.0, atol=0.0, what="output"):
     keras.tree.assert_same_structure(actual, expected)
     for a, e in zip(keras.tree.flatten(actual), keras.tree.flatten(expected)):
@@ -101,14 +110,14 @@ def run_layer_test(case: LayerCase):
         assert config.get(name) == value, (
             f"{case.cls.__name__}.get_config()[{name!r}] = {config.get(name)!r}, "
             f"constructed with {value!r}")
-    dtype = case.expected_output_dtype or layer.compute_dtype
+    dtypes = _dtypes(case.expected_output_dtype or layer.compute_dtype, case.expected_output_shape)
     calls = (False, True) if case.training else (False,)
     for training in calls:
         output = case.call(layer, training)
         assert isinstance(output, dict) == isinstance(case.expected_output_shape, dict)
         tensors = keras.tree.flatten(output)
         assert len(tensors) == len(_shapes(case.expected_output_shape))
-        for tensor, shape in zip(tensors, _shapes(case.expected_output_shape)):
+        for tensor, shape, dtype in zip(tensors, _shapes(case.expected_output_shape), dtypes):
             assert tuple(tensor.shape) == shape, (tuple(tensor.shape), shape, training)
             assert keras.backend.standardize_dtype(tensor.dtype) == dtype, (tensor.dtype, dtype)
         if not training:

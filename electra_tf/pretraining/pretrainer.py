@@ -45,6 +45,7 @@ DISCRIMINATOR_HEAD_NAME = "discriminator_predictions"
 PREMASKED_KEY = "masked_lm_positions"
 
 
+@keras.saving.register_keras_serializable(package="electra_tf")
 class ElectraPretrainer(keras.Model):
     """Generator + discriminator trained jointly with the replaced-token-detection objective.
 
