@@ -40,7 +40,7 @@ import tensorflow as tf
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
 from electra_tf.pretraining.metrics import PretrainingMetrics
-from electra_tf.training import optimizers, train_step
+from electra_tf.training import optimizers, portable_fit, train_step
 
 
 class FitSettings(NamedTuple):
@@ -81,9 +81,7 @@ def compile_state(model, gradient_accumulation_steps: int, jit_compile: bool,
         ValueError: gradient accumulation configured in the optimizer (use
             `gradient_accumulation_steps` of `compile()`, which is exact).
     """
-    if gradient_accumulation_steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be >= 1, got "
-                         f"{gradient_accumulation_steps}")
+    portable_fit.check_accumulation_steps(gradient_accumulation_steps)
     inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     if getattr(inner, "gradient_accumulation_steps", None):
         raise ValueError(
@@ -93,12 +91,7 @@ def compile_state(model, gradient_accumulation_steps: int, jit_compile: bool,
     strategy = model.distribute_strategy
     check_optimizer(model.optimizer, strategy)
     with strategy.scope():
-        if not model.built:
-            model.build_from_sequence_length()
-        model.optimizer.build(model.trainable_variables)
-        metrics = PretrainingMetrics(electra_objective=model.electra_objective,
-                                     disc_auc_include_padding=disc_auc_include_padding,
-                                     disc_weight=model.disc_weight)
+        metrics = portable_fit.build_for_fit(model, disc_auc_include_padding)
         loss = keras.metrics.Mean(name="loss")
         # On-read: every replica counts its own (equal) evaluation batches, without a sync.
         eval_batches = tf.Variable(0, dtype=tf.int64, trainable=False,

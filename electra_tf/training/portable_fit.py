@@ -82,20 +82,30 @@ class FitState:
         return [self.loss] + list(self.metrics.metrics)
 
 
-def compile_state(model, gradient_accumulation_steps: int,
-                  disc_auc_include_padding: bool) -> FitState:
-    """Builds the model, its optimizer and the metrics of `fit()` / `evaluate()`."""
+def check_accumulation_steps(gradient_accumulation_steps: int) -> None:
+    """Raises ValueError unless k >= 1 (compile()'s `gradient_accumulation_steps`)."""
     if gradient_accumulation_steps < 1:
         raise ValueError(f"gradient_accumulation_steps must be >= 1, got "
                          f"{gradient_accumulation_steps}")
+
+
+def build_for_fit(model, disc_auc_include_padding: bool) -> PretrainingMetrics:
+    """Builds the model and its optimizer (on every backend; under a tf.distribute strategy,
+    call it in the strategy's scope) and returns the official metrics of `fit()`."""
     if not model.built:
         model.build_from_sequence_length()
     model.optimizer.build(model.trainable_variables)
-    metrics = PretrainingMetrics(electra_objective=model.electra_objective,
-                                 disc_auc_include_padding=disc_auc_include_padding,
-                                 disc_weight=model.disc_weight)
-    return FitState(metrics, keras.metrics.Mean(name="loss"), _Counter(),
-                    gradient_accumulation_steps)
+    return PretrainingMetrics(electra_objective=model.electra_objective,
+                              disc_auc_include_padding=disc_auc_include_padding,
+                              disc_weight=model.disc_weight)
+
+
+def compile_state(model, gradient_accumulation_steps: int,
+                  disc_auc_include_padding: bool) -> FitState:
+    """Builds the model, its optimizer and the metrics of `fit()` / `evaluate()`."""
+    check_accumulation_steps(gradient_accumulation_steps)
+    return FitState(build_for_fit(model, disc_auc_include_padding),
+                    keras.metrics.Mean(name="loss"), _Counter(), gradient_accumulation_steps)
 
 
 # --- The step's pieces, the same on both backends ------------------------------------------------

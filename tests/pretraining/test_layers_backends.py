@@ -33,26 +33,21 @@ MASKED = {  # a masked batch: slots 0..2 used at positions 1..3, [MASK] at 1 and
 MASKED_SHAPES = {"input_ids": (BATCH, SEQ), "input_mask": (BATCH, SEQ), "segment_ids": (BATCH, SEQ),
                  "masked_lm_positions": (BATCH, SLOTS), "masked_lm_ids": (BATCH, SLOTS),
                  "masked_lm_weights": (BATCH, SLOTS)}
+MASKED_DTYPES = {k: "float32" if k == "masked_lm_weights" else "int32" for k in MASKED_SHAPES}
 
 CASES = {
     "masking": LayerCase(
         ElectraMasking,
         {"special_tokens": SPECIAL, "max_predictions_per_seq": SLOTS, "mask_prob": 0.3, "seed": 5},
         {"inputs": INPUTS, "seed": SEED},
-        expected_output_shape=MASKED_SHAPES,
-        expected_output_dtype={k: "float32" if k == "masked_lm_weights" else "int32"
-                               for k in MASKED_SHAPES},
-        training=False),
+        expected_output_shape=MASKED_SHAPES, expected_output_dtype=MASKED_DTYPES, training=False),
     "whole_word_masking": LayerCase(
         ElectraMasking,
         {"special_tokens": SPECIAL, "max_predictions_per_seq": SLOTS, "mask_prob": 0.3,
          "whole_word_masking": True, "continuation_ids": list(range(30, 50)),
          "mask_with_replacement": False},
         {"inputs": INPUTS, "seed": SEED},
-        expected_output_shape=MASKED_SHAPES,
-        expected_output_dtype={k: "float32" if k == "masked_lm_weights" else "int32"
-                               for k in MASKED_SHAPES},
-        training=False),
+        expected_output_shape=MASKED_SHAPES, expected_output_dtype=MASKED_DTYPES, training=False),
     "fake_data": LayerCase(
         ElectraFakeData, {"temperature": 0.7, "disallow_correct": True, "seed": 9},
         {"masked": MASKED, "mlm_logits": _rng.normal(size=(BATCH, SLOTS, VOCAB)).astype(np.float32),

@@ -69,6 +69,23 @@ def _wait_for(path, pattern, proc, timeout=RUN_TIMEOUT):
     return False
 
 
+def _sigterm_when(command, env, log_path, pattern):
+    """Runs `command` (stderr to `log_path`), sends it SIGTERM once `pattern` is logged and
+    waits for it to end; returns (exit status, log)."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, env=env, cwd=fx.REPO_ROOT, stdout=subprocess.DEVNULL,
+                                stderr=log, text=True)
+        try:
+            assert _wait_for(log_path, pattern, proc), log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, log_path.read_text()
+
+
 def _hparams(**extra):
     return fx.tiny_hparams(num_train_steps=48, iterations_per_loop=4, save_checkpoints_steps=1000,
                            **extra)
@@ -83,19 +100,8 @@ def test_sigterm_saves_exits_42_and_the_same_command_resumes_exactly(data_dir, t
     command = fx.run_pretraining_command(data_dir, "term", _hparams())
     log_path = tmp_path / "term.log"
     try:
-        with open(log_path, "w") as log:
-            proc = subprocess.Popen(command, env=env, cwd=fx.REPO_ROOT, stdout=subprocess.DEVNULL,
-                                    stderr=log, text=True)
-            try:
-                assert _wait_for(log_path, r"step 8/48", proc), log_path.read_text()[-3000:]
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(timeout=RUN_TIMEOUT)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        first = log_path.read_text()
-        assert proc.returncode == cli.EXIT_PREEMPTED == 42, first[-3000:]
+        returncode, first = _sigterm_when(command, env, log_path, r"step 8/48")
+        assert returncode == cli.EXIT_PREEMPTED == 42, first[-3000:]
         assert "Traceback" not in first
         step = int(STOPPED.search(first).group(1))
         assert 8 <= step < 48
@@ -193,21 +199,9 @@ def test_sigterm_during_an_eval_only_run_exits_42_and_writes_nothing(data_dir, t
     # An evaluation far longer than the test: only the SIGTERM ends it.
     command = fx.run_pretraining_command(data_dir, "term_eval", dict(
         hparams, do_train=False, do_eval=True, num_eval_steps=10_000_000))
-    log_path = tmp_path / "eval.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(command, env=fx.subprocess_env(), cwd=fx.REPO_ROOT,
-                                stdout=subprocess.DEVNULL, stderr=log, text=True)
-        try:
-            assert _wait_for(log_path, r"restored \S+ckpt-2 \(step 2\)", proc), \
-                log_path.read_text()[-3000:]
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=RUN_TIMEOUT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    log = log_path.read_text()
-    assert proc.returncode == cli.EXIT_PREEMPTED, log[-3000:]
+    returncode, log = _sigterm_when(command, fx.subprocess_env(), tmp_path / "eval.log",
+                                    r"restored \S+ckpt-2 \(step 2\)")
+    assert returncode == cli.EXIT_PREEMPTED, log[-3000:]
     line = _stop_line(log)
     assert "stopped by SIGTERM during the evaluation at step 2; nothing is lost" in line, line
     assert "no eval results were written" in line, line

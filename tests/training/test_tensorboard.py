@@ -61,8 +61,15 @@ def test_hparams_and_config_text_are_in_the_run_events(finished_run):
     text = [v for step, tag, _, v in events if tag == "config"]
     assert len(text) == 1
     body = tf.make_ndarray(text[0].tensor).item().decode()
-    assert json.loads(body.strip("`\n")) == json.loads(json.dumps(finished_run.to_dict(),
-                                                                  default=str))
+    recorded = json.loads(body.strip("`\n"))
+    with open(os.path.join(finished_run.model_dir, "config.json")) as f:
+        assert recorded == json.load(f)
+    # The given config, plus what the trainer resolved (the precision `auto` would pick).
+    assert recorded.pop("resolved_mixed_precision") == "float32"
+    assert recorded.pop("resolved_mixed_precision_reason")
+    expected = json.loads(json.dumps(finished_run.to_dict(), default=str))
+    del expected["resolved_mixed_precision"], expected["resolved_mixed_precision_reason"]
+    assert recorded == expected
 
 
 def test_profiler_trace_is_written_only_when_asked(finished_run, data_dir):
