@@ -34,6 +34,8 @@ class TorchElectra:
         seed: int. torch's global seed (init, dropout, masking, sampling).
         compile: bool. Run the generator's and the discriminator's forward (and so backward)
             passes through `torch.compile` (default TorchInductor backend; needs a C++ compiler).
+        device: str. Where the models, the batches and the step run ("cpu", "cuda", ...); the
+            batches given to `step` must be on it. bf16 autocast follows its type.
     """
 
     def __init__(self, discriminator: dict, generator: dict, *, vocab_size: int,
@@ -41,7 +43,7 @@ class TorchElectra:
                  learning_rate: float, num_warmup_steps: int,
                  num_train_steps: Optional[int] = None, dtype: str = "float32",
                  mask_prob: float = 0.15, disc_weight: float = 50.0, seed: int = 0,
-                 compile: bool = False):
+                 compile: bool = False, device: str = "cpu"):
         import torch
         from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
@@ -61,6 +63,7 @@ class TorchElectra:
             self.discriminator.electra.embeddings.word_embeddings.weight
         modules = torch.nn.ModuleDict({"generator": self.generator,
                                        "discriminator": self.discriminator})
+        modules.to(device)
         modules.train()
         params = {id(p): (n, p) for n, p in modules.named_parameters()}  # dedupe tied tensors
         no_decay = lambda n: any(k in n for k in ("LayerNorm", "bias"))  # noqa: E731
@@ -77,8 +80,9 @@ class TorchElectra:
             return max(0.0, 1.0 - step / num_train_steps) if num_train_steps else 1.0
 
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, rate)
-        self.autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16"
-                         else torch.autocast("cpu", enabled=False))
+        self.device = torch.device(device)
+        self.autocast = torch.autocast(self.device.type, dtype=torch.bfloat16,
+                                       enabled=dtype == "bfloat16")
         self.vocab_size = vocab_size
         self.special = special
         self.max_predictions = max_predictions
@@ -91,6 +95,24 @@ class TorchElectra:
         wrap = torch.compile if compile else (lambda fn: fn)
         self._generator_logits = wrap(self._generator_forward)
         self._discriminator_logits = wrap(self._discriminator_forward)
+
+    @classmethod
+    def from_pretraining_config(cls, config, special: dict, **kwargs) -> "TorchElectra":
+        """The peer of electra-tf's model for `config` (an electra_tf PretrainingConfig): the
+        encoder sizes electra-tf derives (size preset, overrides, generator fractions), its
+        vocabulary, masking, loss weight and schedule. `kwargs` (dtype, seed, compile, device,
+        ...) go to the constructor and win."""
+        from electra_tf.config import get_bert_config, get_generator_config
+
+        encoders = [get_bert_config(config)]
+        encoders.append(get_generator_config(config, encoders[0]))
+        keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+        settings = {name: getattr(config, name) for name in (
+            "vocab_size", "learning_rate", "num_warmup_steps", "num_train_steps", "mask_prob",
+            "disc_weight")}
+        settings.update(embedding_size=encoders[0].embedding_size, special=special,
+                        max_predictions=config.max_predictions_per_seq, **kwargs)
+        return cls(*({k: getattr(e, k) for k in keys} for e in encoders), **settings)
 
     def _generator_forward(self, masked, input_mask, segment_ids, positions):
         """MLM logits [batch, N, vocab] at the masked positions (the generator's forward)."""
@@ -115,19 +137,21 @@ class TorchElectra:
         candidates = (input_mask.bool() & (input_ids != special["cls_id"])
                       & (input_ids != special["sep_id"]) & (input_ids != special["mask_id"])).float()
         count = torch.clamp(torch.round(input_mask.sum(-1).float() * self.mask_prob), 1, n_slots)
-        weights = (torch.arange(n_slots)[None, :] < count[:, None]).float()
+        weights = (torch.arange(n_slots, device=input_ids.device)[None, :] < count[:, None]).float()
         positions = torch.multinomial(candidates, n_slots, replacement=True) * weights.long()
         labels = torch.gather(input_ids, 1, positions) * weights.long()
-        to_mask = (torch.rand(positions.shape) < 0.85) & weights.bool()
-        masked = input_ids.clone()
-        rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
-        masked[rows[to_mask], positions[to_mask]] = special["mask_id"]
+        to_mask = (torch.rand(positions.shape, device=input_ids.device) < 0.85) & weights.bool()
+        # A position drawn more than once is masked if any of its draws says so. A scatter (max
+        # of 0/1) rather than boolean indexing, which waits for the GPU to count the hits.
+        hits = torch.zeros_like(input_ids).scatter_reduce(1, positions, to_mask.long(), "amax")
+        masked = torch.where(hits.bool(), special["mask_id"], input_ids)
         return masked, positions, labels, weights
 
-    def step(self, batch: Dict) -> Dict:
+    def step(self, batch: Dict, auc_outputs: bool = True) -> Dict:
         """Trains on one batch of int64 tensors {"input_ids", "input_mask", "segment_ids"}
-        [batch, seq]. Returns detached float tensors: loss, mlm_loss, disc_loss, mlm_accuracy,
-        and for AUC: disc_probs, disc_labels (real tokens only, flattened)."""
+        [batch, seq] on `device`. Returns detached float tensors: loss, mlm_loss, disc_loss,
+        mlm_accuracy, and with `auc_outputs` for AUC: disc_probs, disc_labels (real tokens only,
+        flattened; selecting them waits for the GPU, so a speed benchmark leaves them out)."""
         torch = self.torch
         F = torch.nn.functional
         input_ids, input_mask, segment_ids = (batch["input_ids"], batch["input_mask"],
@@ -138,13 +162,13 @@ class TorchElectra:
                               reduction="none")
         mlm_loss = (nll * weights.reshape(-1)).sum() / (weights.sum() + 1e-6)
         with torch.no_grad():
-            u = torch.rand(logits.shape)
+            u = torch.rand(logits.shape, device=logits.device)
             gumbel = -torch.log(-torch.log(u + 1e-9) + 1e-9)
             sampled = torch.argmax(logits + gumbel, dim=-1)
-            fake = input_ids.clone()
             used = weights.bool() & (positions > 0)
-            rows = torch.arange(input_ids.shape[0])[:, None].expand_as(positions)
-            fake[rows[used], positions[used]] = sampled[used]
+            # Unused slots write position 0's own id back (a scatter: no wait for the GPU).
+            fake = input_ids.scatter(1, positions * used,
+                                     torch.where(used, sampled, input_ids[:, :1]))
             is_fake = (fake != input_ids).float()
             mlm_accuracy = ((logits.argmax(-1) == labels).float() * weights).sum() / weights.sum()
         disc_logits = self._discriminator_logits(fake, input_mask, segment_ids)
@@ -157,8 +181,10 @@ class TorchElectra:
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
         self.schedule.step()
-        real = input_mask.bool()
-        return {"loss": loss.detach(), "mlm_loss": mlm_loss.detach(),
-                "disc_loss": disc_loss.detach(), "mlm_accuracy": mlm_accuracy,
-                "disc_probs": torch.sigmoid(disc_logits.detach().float())[real],
-                "disc_labels": is_fake[real]}
+        out = {"loss": loss.detach(), "mlm_loss": mlm_loss.detach(),
+               "disc_loss": disc_loss.detach(), "mlm_accuracy": mlm_accuracy}
+        if auc_outputs:
+            real = input_mask.bool()
+            out.update(disc_probs=torch.sigmoid(disc_logits.detach().float())[real],
+                       disc_labels=is_fake[real])
+        return out
