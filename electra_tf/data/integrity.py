@@ -9,16 +9,22 @@ input pipeline itself (`pipeline.make_dataset`):
   (`verify_records`) or damaged records planned around (`plan_good_records`, for
   `skip_bad_records`); data written before the builder's global shuffle gets a warning;
 - `scan_file` / `find_bad_file`: what is wrong with a file, by name and record index.
+
+TensorFlow is not imported here: a process that has imported it (the TensorFlow trainer, its
+tests) lists files with `tf.io.gfile.glob` and reads them with tf.data, as always; a process
+without it (the JAX and PyTorch trainers, `record_reader.BatchReader`) lists local files with
+`glob` and reads them with `record_reader` (same CRC and parse checks, same results, its own
+error texts). Remote paths (`gs://...`) need TensorFlow, which is then imported.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import glob
 import logging
 import os
+import sys
 from typing import Iterator, List, NamedTuple, Optional, Tuple
-
-import tensorflow as tf
 
 from electra_tf import atomic, locking
 from electra_tf.data import tfrecord_io
@@ -43,6 +49,22 @@ def _split_patterns(patterns: str) -> List[str]:
     return [p for p in (p.strip() for p in patterns.split(",")) if p]
 
 
+def _tensorflow(paths=()):
+    """TensorFlow if this process has imported it or `paths` are remote (`scheme://`), else
+    None (local files are then read without it; see module docstring)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        return tf
+    if any("://" in p for p in paths):
+        try:
+            import tensorflow as tf
+        except ImportError:
+            raise DataError(f"{next(p for p in paths if '://' in p)}: remote files are read "
+                            "through TensorFlow, which is not installed") from None
+        return tf
+    return None
+
+
 def list_files(patterns: str) -> List[str]:
     """Sorted union of the files matched by comma-separated globs (official `pretrain_tfrecords`).
 
@@ -50,8 +72,13 @@ def list_files(patterns: str) -> List[str]:
         DataError: no file matches.
     """
     files = set()
-    for pattern in _split_patterns(patterns):
-        files.update(tf.io.gfile.glob(pattern))
+    split = _split_patterns(patterns)
+    tf = _tensorflow(split)
+    for pattern in split:
+        if tf is not None:
+            files.update(tf.io.gfile.glob(pattern))
+        else:  # as tf.io.gfile.glob: hidden names match too
+            files.update(glob.glob(pattern, include_hidden=True))
     if not files:
         raise DataError(f"no TFRecord files match {patterns!r} "
                         "(build them with build_pretraining_dataset.py)")
@@ -94,6 +121,11 @@ def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> Fi
             holds only it and `readable` counts up to its batch): enough to refuse a file,
             without parsing a foreign file record by record.
     """
+    tf = _tensorflow([path])
+    if tf is None:
+        from electra_tf.data import record_reader
+
+        return record_reader.scan_file(path, max_seq_length, stop_at_first, batch=VERIFY_BATCH)
     readable, bad = 0, []
 
     def check(records):
