@@ -68,16 +68,31 @@ def pretraining_config_from_args(args: argparse.Namespace) -> PretrainingConfig:
             raise ConfigError(f"--model-size {args.model_size} contradicts hparam "
                               f"model_size={hparams['model_size']!r}")
         hparams["model_size"] = args.model_size
+    backend = getattr(args, "backend", None)
+    if backend is not None:
+        if hparams.get("backend", backend) != backend:
+            raise ConfigError(f"--backend {backend} contradicts hparam "
+                              f"backend={hparams['backend']!r}")
+        hparams["backend"] = backend
     return PretrainingConfig.create(args.model_name, args.data_dir, hparams)
 
 
 def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.py") -> int:
     """Runs the pretraining tool `prog` (see `run_cli` for errors and exit codes)."""
-    from electra_tf.training import trainer
-
     def work():
-        results = trainer.run(pretraining_config_from_args(args), overwrite=args.overwrite,
-                              profile_steps=getattr(args, "profile_steps", 0))
+        config = pretraining_config_from_args(args)
+        if config.backend == "tensorflow":
+            from electra_tf.training import trainer
+
+            results = trainer.run(config, overwrite=args.overwrite,
+                                  profile_steps=getattr(args, "profile_steps", 0))
+        else:
+            from electra_tf.training import portable_trainer
+
+            if getattr(args, "profile_steps", 0):
+                raise ConfigError("--profile-steps traces TensorFlow: it needs --backend "
+                                  "tensorflow")
+            results = portable_trainer.run(config, overwrite=args.overwrite)
         logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
 
     return run_cli(prog, work,

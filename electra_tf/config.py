@@ -28,6 +28,9 @@ from electra_tf.errors import ElectraError, is_utf8_path, shown_path
 MODEL_SIZES = ("small", "base", "large")
 MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+# The Keras backend a run trains with: TensorFlow (the default, the fidelity reference; every
+# feature) or JAX / PyTorch (electra_tf.training.portable_trainer).
+BACKENDS = ("tensorflow", "jax", "torch")
 # "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
@@ -214,6 +217,7 @@ class PretrainingConfig:
     skip_bad_records: bool = False
     seed: int = 0  # every random draw (init, masking, sampling, dropout, data order) derives from it
     strategy: str = "auto"  # auto | one_device | mirrored | multi_worker | tpu
+    backend: str = "tensorflow"  # tensorflow | jax | torch (the Keras backend; --backend)
     # auto (bf16 where the device multiplies it natively: TPU, GPU >= 8.0, CPU with AMX or
     # AVX512_BF16; float16 + loss scaling on older GPUs; else float32) | float32 |
     # mixed_bfloat16 | mixed_float16 (with loss scaling)
@@ -328,6 +332,8 @@ class PretrainingConfig:
 
         need(self.do_train or self.do_eval or self.do_export,
              "nothing to do: set do_train, do_eval or do_export to true")
+        need(self.backend in BACKENDS,
+             f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         need(self.strategy in STRATEGIES,
              f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
         need(self.mixed_precision in PRECISIONS,

@@ -246,9 +246,39 @@ def detect(strategy=None, cpu_info: str = CPU_INFO) -> DeviceFacts:
     return DeviceFacts("cpu", name, cpu_flags=flags)
 
 
-def choose(requested: str, strategy=None, allowed: Iterable[str] = POLICIES) -> PrecisionChoice:
-    """`resolve` on this machine's device, with its start line logged and any warning once."""
-    choice = resolve(requested, detect(strategy), allowed)
+def detect_keras_backend(backend: str, cpu_info: str = CPU_INFO) -> DeviceFacts:
+    """The facts of the device Keras trains on with the JAX or PyTorch backend (no TensorFlow).
+
+    Args:
+        backend: "jax" or "torch".
+        cpu_info: where to read the CPU's flags.
+    """
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        if device.platform == "tpu":
+            return DeviceFacts("tpu", getattr(device, "device_kind", ""))
+        if device.platform == "gpu":
+            capability = getattr(device, "compute_capability", None)
+            parsed = tuple(int(x) for x in str(capability).split(".")[:2]) if capability else None
+            return DeviceFacts("gpu", getattr(device, "device_kind", "GPU"),
+                               compute_capability=parsed)
+    elif backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            return DeviceFacts("gpu", torch.cuda.get_device_name(0),
+                               compute_capability=tuple(torch.cuda.get_device_capability(0)))
+    name, flags = read_cpu(cpu_info)
+    return DeviceFacts("cpu", name, cpu_flags=flags)
+
+
+def choose(requested: str, strategy=None, allowed: Iterable[str] = POLICIES,
+           facts: Optional[DeviceFacts] = None) -> PrecisionChoice:
+    """`resolve` on this machine's device (`facts`, by default TensorFlow's: `detect`), with its
+    start line logged and any warning once."""
+    choice = resolve(requested, facts or detect(strategy), allowed)
     logger.info("%s", choice.line())
     warn_if_slow(choice)
     return choice

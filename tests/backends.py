@@ -77,3 +77,13 @@ def run_on_backend(backend: str, code: str, inputs: Optional[Dict[str, np.ndarra
                         f"{proc.stderr[-4000:]}")
         with np.load(out_path) as data:
             return {k: data[k] for k in data.files}
+
+
+def blocked_tool_command(script: str, *args: str) -> list:
+    """argv running the repo's tool `script` (e.g. "run_pretraining.py") with `args`, in a
+    Python where TensorFlow and tensorflow_text cannot be imported (the JAX / PyTorch path of
+    the whole command must not need them)."""
+    code = (f"import sys, runpy\nfor _n in {BLOCKED!r}:\n    sys.modules[_n] = None\n"
+            f"sys.argv = [{script!r}] + sys.argv[1:]\n"
+            f"runpy.run_path({os.path.join(fx.REPO_ROOT, script)!r}, run_name='__main__')\n")
+    return [sys.executable, "-c", code, *args]

@@ -10,10 +10,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
+import signal
 import subprocess
+import time
 from typing import Iterator
 
 import pytest
+
+from tests import pretraining_fixtures as fx
 
 
 @contextlib.contextmanager
@@ -80,3 +85,36 @@ def flip_tensor_bytes(prefix: str, name: str) -> str:
         f.seek(middle)
         f.write(damaged)
     return name
+
+
+# A ceiling for a child run, reached only when it hangs (CI machines are loaded).
+RUN_TIMEOUT = 600
+
+
+def wait_for_log(path, pattern, proc, timeout=RUN_TIMEOUT):
+    """True once `pattern` is in the file `path` (the log of `proc`); False if `proc` ends or
+    `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            if re.search(pattern, f.read()):
+                return True
+        time.sleep(0.02)
+    return False
+
+
+def sigterm_when(command, env, log_path, pattern):
+    """Runs `command` (stderr to `log_path`), sends it SIGTERM once `pattern` is logged and
+    waits for it to end; returns (exit status, log)."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, env=env, cwd=fx.REPO_ROOT, stdout=subprocess.DEVNULL,
+                                stderr=log, text=True)
+        try:
+            assert wait_for_log(log_path, pattern, proc), log_path.read_text()[-3000:]
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=RUN_TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, log_path.read_text()

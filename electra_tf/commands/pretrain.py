@@ -19,12 +19,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
-from electra_tf.config import HPARAM_NAMES
+from electra_tf.config import BACKENDS, HPARAM_NAMES, parse_hparams
 from electra_tf.precision import AUTO_HELP
 
 PROG = "electra-pretrain"
@@ -50,6 +51,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--model-size", choices=("small", "base", "large"), default=None,
                         help="shortcut for the model_size hparam (base/large also apply the paper's "
                              "training settings; explicit hparams win)")
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="the Keras backend to train with: tensorflow (the default; every "
+                             "feature), jax or torch (no TensorFlow needed: a TPU VM, a GPU box; "
+                             "pip install 'electra-tf[jax]'; docs/keras.md). Shortcut for the "
+                             "backend hparam; a run resumes on the backend it started with")
     parser.add_argument("--overwrite", action="store_true",
                         help="delete an existing run in DATA_DIR/models/MODEL_NAME and start afresh "
                              "(without it, an existing run is resumed); refuses a directory that "
@@ -69,8 +75,25 @@ def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
 def main(argv=None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     console.setup(args.quiet, args.verbose)
-    console.import_tensorflow()
+    backend = selected_backend(args)
+    if backend == "tensorflow":
+        console.import_tensorflow()
+    else:
+        # Before anything imports keras: Keras reads its backend once, at import.
+        os.environ["KERAS_BACKEND"] = backend
     return run_pretraining_cli(args, prog)
+
+
+def selected_backend(args: argparse.Namespace) -> str:
+    """--backend, else the backend hparam of --hparams, else tensorflow (a bad --hparams is
+    reported later, with the rest of the config)."""
+    if args.backend:
+        return args.backend
+    try:
+        backend = parse_hparams(args.hparams).get("backend", "tensorflow")
+    except (ValueError, OSError):
+        return "tensorflow"
+    return backend if backend in BACKENDS else "tensorflow"
 
 
 if __name__ == "__main__":

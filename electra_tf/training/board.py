@@ -18,8 +18,6 @@ import json
 import logging
 from typing import Optional
 
-import tensorflow as tf
-
 logger = logging.getLogger("electra_tf")
 
 CONFIG_TEXT_TAG = "config"
@@ -40,19 +38,24 @@ def hparam_values(config_dict: dict) -> dict:
     return values
 
 
-def write_run_info(writer: Optional[tf.summary.SummaryWriter], config, step: int) -> None:
+def write_run_info(writer: Optional["tf.summary.SummaryWriter"], config, step: int) -> None:
     """Writes the hparams (plugin) and the config text summary at `step` (chief only: nothing
     without a writer)."""
     if writer is None:
         return
+    import tensorflow as tf
     from tensorboard.plugins.hparams import api as hp
 
     config_dict = config.to_dict()
     with writer.as_default(step=step):
         hp.hparams(hparam_values(config_dict), trial_id=config.model_name)
-        text = json.dumps(config_dict, indent=2, sort_keys=True, default=str)
-        tf.summary.text(CONFIG_TEXT_TAG, f"```\n{text}\n```")
+        tf.summary.text(CONFIG_TEXT_TAG, config_text(config_dict))
     writer.flush()
+
+
+def config_text(config_dict: dict) -> str:
+    """The `config` text summary: the resolved config as a JSON code block."""
+    return "```\n" + json.dumps(config_dict, indent=2, sort_keys=True, default=str) + "\n```"
 
 
 class Profiler:
@@ -75,6 +78,8 @@ class Profiler:
     def before_loop(self, step: int) -> None:
         self.loops_seen += 1
         if self.steps > 0 and self.loops_seen == 2 and not self.active:
+            import tensorflow as tf
+
             tf.profiler.experimental.start(self.logdir)
             self.active, self.start_step = True, step
 
@@ -84,6 +89,8 @@ class Profiler:
 
     def stop(self, step: int) -> None:
         if self.active:
+            import tensorflow as tf
+
             tf.profiler.experimental.stop()
             self.active, self.steps = False, 0
             logger.info("profiler: traced steps %d-%d into %s/plugins/profile (TensorBoard's "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 from typing import Dict, NamedTuple, Optional
 
@@ -20,9 +19,8 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
-from electra_tf.vocab import Vocab
-
-logger = logging.getLogger("electra_tf")
+# Re-exported: the trainer calls them through this module.
+from electra_tf.training.dataset_checks import check_datasets, record_plan  # noqa: F401
 
 
 class InputSplit(NamedTuple):
@@ -42,35 +40,6 @@ class InputSplit(NamedTuple):
     def local_batch(self) -> int:
         """Rows this worker's pipeline yields per step (its replicas' rows together)."""
         return self.per_replica_batch * self.local_replicas
-
-
-def check_datasets(config: PretrainingConfig, vocab: Vocab) -> Dict[str, dict]:
-    """Validates the splits this run reads (manifest, vocab, sequence length, records).
-
-    Runs before anything is written or deleted. Returns {"train"/"eval": summary} (see
-    `pipeline.validate_dataset`); problems skipped under `skip_bad_records` are logged.
-    """
-    splits = {"train": (config.do_train, config.pretrain_tfrecords),
-              "eval": (config.do_eval, config.eval_tfrecords)}
-    summaries = {}
-    for split, (needed, patterns) in splits.items():
-        if needed:
-            summaries[split] = pipeline.validate_dataset(
-                patterns, max_seq_length=config.max_seq_length, vocab_sha256=vocab.sha256,
-                vocab_size=config.vocab_size, split=split, verify=config.verify_tfrecords,
-                skip_bad_records=config.skip_bad_records)
-    for split, summary in summaries.items():
-        for problem in summary.get("problems", ()):
-            logger.warning("skip_bad_records (%s data): %s", split, problem)
-        if summary.get("skipped_records"):
-            logger.warning("skip_bad_records: %d %s record(s) skipped, %d used",
-                           summary["skipped_records"], split, summary["num_examples"])
-    return summaries
-
-
-def record_plan(summaries: Dict[str, dict], split: str) -> Optional[dict]:
-    """The good records to read (`skip_bad_records`), or None to read every record."""
-    return summaries.get(split, {}).get("record_plan")
 
 
 def input_split(strategy: tf.distribute.Strategy, global_batch: int) -> InputSplit:
@@ -109,7 +78,10 @@ def train_data_key(config: PretrainingConfig, split: InputSplit, plan: Optional[
     key = {"files": files, "global_batch": config.train_batch_size,
            "replicas": split.context.num_replicas_in_sync,
            "input_pipelines": split.context.num_input_pipelines,
-           "seed": config.seed, "max_seq_length": config.max_seq_length}
+           "seed": config.seed, "max_seq_length": config.max_seq_length,
+           # The order's definition (electra_tf/data/order.py): a position saved under another
+           # (tf.data's own shuffles, before) restarts the data instead of failing to restore.
+           "data_order": 2}
     if plan is not None:  # other records read = another pipeline
         key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()

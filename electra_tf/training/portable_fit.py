@@ -39,6 +39,7 @@ from electra_tf.training import optimization
 
 CLIP_NORM = optimization.CLIP_NORM  # the official global-norm clip
 LOSS_KEYS = ("total_loss", "masked_lm_loss", "disc_loss")
+STEP_TERMS = ("masked_lm_loss", "disc_loss", "grad_norm")
 
 
 class _Counter(keras.metrics.Metric):
@@ -72,10 +73,16 @@ class FitState:
     loss: keras.metrics.Mean
     eval_batches: _Counter
     accumulation_steps: int
+    # Means of the step's loss terms and pre-clip gradient norm, never reported by fit() (the
+    # official metrics of the same names are per-slot / per-sequence means): what the trainer
+    # logs as the TensorFlow trainer's per-step `masked_lm_loss`, `disc_loss`, `grad_norm`.
+    step_terms: Dict[str, keras.metrics.Mean] = dataclasses.field(default_factory=lambda: {
+        key: keras.metrics.Mean(name=f"step_{key}") for key in STEP_TERMS})
 
     @property
     def all_metrics(self) -> List[keras.metrics.Metric]:
-        return [self.loss] + list(self.metrics.metrics) + [self.eval_batches]
+        return ([self.loss] + list(self.metrics.metrics) + [self.eval_batches]
+                + list(self.step_terms.values()))
 
     @property
     def reported(self) -> List[keras.metrics.Metric]:
@@ -148,6 +155,9 @@ def merge_outputs(outputs: List[Dict]) -> Dict:
 
 def update_metrics(state: FitState, outputs: Dict) -> Dict:
     state.loss.update_state(outputs["total_loss"])
+    for key, mean in state.step_terms.items():
+        if key in outputs:
+            mean.update_state(outputs[key])
     state.metrics.update_state(outputs["metric_inputs"])
     return {m.name: m.result() for m in state.reported}
 
@@ -179,9 +189,11 @@ def jax_train_step(model, fit: FitState, state, data):
                                                denominators)
         grads = g if grads is None else [a + b for a, b in zip(grads, g)]
         outputs.append(out)
-    grads = optimization.dense_clip_by_global_norm(grads, CLIP_NORM).gradients
-    trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
-    logs, metrics_vars = _stateless_metrics(model, fit, metrics_vars, merge_outputs(outputs))
+    clipped = optimization.dense_clip_by_global_norm(grads, CLIP_NORM)
+    trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, clipped.gradients,
+                                                          trainable)
+    merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
+    logs, metrics_vars = _stateless_metrics(model, fit, metrics_vars, merged)
     return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
 
 
@@ -234,9 +246,10 @@ def torch_train_step(model, fit: FitState, data):
     grads = [v.value.grad if v.value.grad is not None else torch.zeros_like(v.value)
              for v in variables]
     with torch.no_grad():
-        grads = optimization.dense_clip_by_global_norm(grads, CLIP_NORM).gradients
-        optimizer.apply(grads, variables)
-        return update_metrics(fit, _detached(merge_outputs(outputs)))
+        clipped = optimization.dense_clip_by_global_norm(grads, CLIP_NORM)
+        optimizer.apply(clipped.gradients, variables)
+        merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
+        return update_metrics(fit, _detached(merged))
 
 
 def torch_test_step(model, fit: FitState, data):

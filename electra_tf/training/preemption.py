@@ -40,8 +40,6 @@ import signal
 import threading
 from typing import Iterator, List, Optional
 
-import tensorflow as tf
-
 logger = logging.getLogger("electra_tf")
 
 
@@ -51,44 +49,18 @@ class Interrupted(BaseException):
     trainer turns it into `Preempted`."""
 
 
-class StopRequest:
-    """A stop request set by SIGTERM (or `request()`), agreed across workers.
+class _WatchedStop:
+    """What every stop request shares: joining the process's `SigtermWatch` for a block."""
 
-    Use as a context manager around the work it may stop (nested uses are fine): it joins the
-    process's `SigtermWatch`, or starts one for the block.
-
-    Args:
-        strategy: the run's tf.distribute strategy.
-    """
-
-    def __init__(self, strategy: tf.distribute.Strategy):
-        self.strategy = strategy
-        # Plain (host) variables, outside the strategy scope: one value per process.
-        self.local = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_requested")
-        self.agreed_flag = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_agreed")
-        resolver = getattr(strategy, "cluster_resolver", None)
-        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-        self.multi_worker = sum(len(tasks) for tasks in spec.values()) > 1
+    def __init__(self):
         self._watch: Optional[SigtermWatch] = None
         self._own_watch = False
         self._depth = 0
 
-    # --- Python side ----------------------------------------------------------------------------
-    def request(self) -> None:
-        """Asks the run to stop before its next step (what SIGTERM does)."""
-        self.local.assign(1)
+    def request(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
 
-    @property
-    def requested(self) -> bool:
-        """Whether the stop was agreed (by any worker's request) in the last compiled loop."""
-        return bool(self.agreed_flag.numpy())
-
-    @property
-    def received(self) -> bool:
-        """Whether this process was asked to stop (agreed in a loop or not)."""
-        return bool(self.local.numpy()) or self.requested
-
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self):
         if self._depth == 0:
             self._own_watch = SigtermWatch.current is None
             self._watch = SigtermWatch().__enter__() if self._own_watch else SigtermWatch.current
@@ -105,9 +77,49 @@ class StopRequest:
                 self._watch.__exit__(*exc)
             self._watch = None
 
+
+class StopRequest(_WatchedStop):
+    """A stop request set by SIGTERM (or `request()`), agreed across workers.
+
+    Use as a context manager around the work it may stop (nested uses are fine): it joins the
+    process's `SigtermWatch`, or starts one for the block.
+
+    Args:
+        strategy: the run's tf.distribute strategy.
+    """
+
+    def __init__(self, strategy: "tf.distribute.Strategy"):
+        import tensorflow as tf
+
+        super().__init__()
+        self.strategy = strategy
+        # Plain (host) variables, outside the strategy scope: one value per process.
+        self.local = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_requested")
+        self.agreed_flag = tf.Variable(0, dtype=tf.int32, trainable=False, name="stop_agreed")
+        resolver = getattr(strategy, "cluster_resolver", None)
+        spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+        self.multi_worker = sum(len(tasks) for tasks in spec.values()) > 1
+
+    # --- Python side ----------------------------------------------------------------------------
+    def request(self) -> None:
+        """Asks the run to stop before its next step (what SIGTERM does)."""
+        self.local.assign(1)
+
+    @property
+    def requested(self) -> bool:
+        """Whether the stop was agreed (by any worker's request) in the last compiled loop."""
+        return bool(self.agreed_flag.numpy())
+
+    @property
+    def received(self) -> bool:
+        """Whether this process was asked to stop (agreed in a loop or not)."""
+        return bool(self.local.numpy()) or self.requested
+
     # --- In the compiled loop -------------------------------------------------------------------
-    def agreed(self) -> tf.Tensor:
+    def agreed(self) -> "tf.Tensor":
         """bool scalar: stop now. Every worker gets the same answer (see module docstring)."""
+        import tensorflow as tf
+
         if self.multi_worker:
             per_replica = self.strategy.run(lambda: tf.cast(self.local.read_value(), tf.float32))
             total = self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
@@ -116,6 +128,25 @@ class StopRequest:
             stop = self.local.read_value() > 0
         self.agreed_flag.assign(tf.cast(stop, tf.int32))
         return stop
+
+
+class HostStop(_WatchedStop):
+    """A stop request of one process, read from Python between steps: the trainer on the JAX
+    and PyTorch backends (`portable_trainer`), whose steps return to Python after each one."""
+
+    def __init__(self):
+        super().__init__()
+        self._requested = threading.Event()
+
+    def request(self) -> None:
+        """Asks the run to stop before its next step (what SIGTERM does)."""
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    received = requested
 
 
 @contextlib.contextmanager
@@ -146,7 +177,7 @@ class SigtermWatch:
     current: Optional["SigtermWatch"] = None
 
     def __init__(self):
-        self.targets: List[StopRequest] = []
+        self.targets: List[_WatchedStop] = []
         self.received = False
         self.interrupting = False
         self.handled = 0
@@ -188,7 +219,7 @@ class SigtermWatch:
         os.close(self.read_fd)
         self.thread = None
 
-    def attach(self, stop: StopRequest) -> None:
+    def attach(self, stop: _WatchedStop) -> None:
         """Hands SIGTERM to `stop` (at once if one was received already). Called once the run's
         strategy exists: a multi-worker strategy starts TensorFlow's coordination service, whose
         preemption notifier installs its own C-level SIGTERM handler, so Python's is installed
@@ -201,7 +232,7 @@ class SigtermWatch:
         if received:  # a SIGTERM before this stop request existed
             stop.request()
 
-    def detach(self, stop: StopRequest) -> None:
+    def detach(self, stop: _WatchedStop) -> None:
         with self._lock:
             if stop in self.targets:
                 self.targets.remove(stop)

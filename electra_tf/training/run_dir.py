@@ -72,7 +72,7 @@ _RUN_ENTRIES = frozenset((
     CHECKPOINT_STATE_NAME, WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
     FINETUNING_RESULTS_DIR, LOCK_NAME))
 _RUN_ENTRY_PATTERN = re.compile(
-    r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp)"  # checkpoints, an interrupted save
+    r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp|\.npz)"  # checkpoints (.npz: JAX / PyTorch)
     r"|checkpoint\.tmp[0-9a-f]*"  # TensorFlow's temporary state file
     r"|events\.out\.tfevents\..*"  # TensorBoard
     r"|\..+\.tmp-[a-z0-9_]+(\.old)?)$")  # an interrupted atomic write (electra_tf.atomic)
@@ -103,6 +103,11 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
                 raise TrainingError(
                     f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
                     "Use the run's hparams, another --model-name, or --overwrite to start afresh")
+        if previous.backend != config.backend:
+            raise TrainingError(
+                f"{config.model_dir} holds a run trained with --backend {previous.backend}; this "
+                f"run has --backend {config.backend} (the checkpoint formats differ). Use "
+                f"--backend {previous.backend}, another --model-name, or --overwrite")
         _note_precision_change(previous, config)
         if os.path.exists(saved_vocab) and file_sha256(saved_vocab) != vocab_sha256:
             raise TrainingError(
@@ -342,6 +347,25 @@ def tokenization_settings(config: PretrainingConfig,
     return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
 
 
+def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
+                                 config: PretrainingConfig) -> Optional[str]:
+    """The `ckpt-N.npz` to read: `checkpoint` if it is one (or a directory of them, for a run
+    of another backend), else the newest of a JAX / PyTorch run; None for TensorFlow checkpoints."""
+    from electra_tf.training import portable_checkpoint
+
+    if checkpoint and checkpoint.endswith(portable_checkpoint.SUFFIX):
+        if not os.path.isfile(checkpoint):
+            raise TrainingError(f"--checkpoint {checkpoint}: no such file")
+        return checkpoint
+    if config.backend == "tensorflow":
+        return None
+    found = portable_checkpoint.latest_good(checkpoint or model_dir)
+    if found is None:
+        raise TrainingError(f"no checkpoint (ckpt-N.npz) in {checkpoint or model_dir}: train first "
+                            "or pass --checkpoint")
+    return found
+
+
 class LoadedRun(NamedTuple):
     """A run's model, restored for export, conversion or fine-tuning.
 
@@ -386,12 +410,19 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         raise TrainingError(f"{config_path}: {e}") from None
     vocab_path = os.path.join(model_dir, VOCAB_NAME)
     vocab = load_vocab(vocab_path if os.path.isfile(vocab_path) else config.vocab_file)
+    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
+    model.build_from_sequence_length()
+    portable = _portable_checkpoint_to_read(model_dir, checkpoint, config)
+    if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)
+        from electra_tf.training import portable_checkpoint
+
+        saved = portable_checkpoint.restore(portable, model, None)
+        logger.info("read %s (step %d) with the model of %s", portable, saved.step, config_path)
+        return LoadedRun(config, vocab, model, portable, saved.step)
     found = checkpoint_to_read(model_dir, checkpoint)
     if found is None:
         raise TrainingError(f"no checkpoint in {model_dir} (nor in {INIT_CHECKPOINT_DIR}/): train "
                             "first, import one with from-google, or pass --checkpoint")
-    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
-    model.build_from_sequence_length()
     try:
         tf.train.Checkpoint(model=model).restore(found.path).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:

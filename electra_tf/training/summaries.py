@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Dict, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line, shown_path
@@ -44,11 +44,13 @@ def loop_scalars(history: Dict[str, np.ndarray], metric_results: dict, done: int
     return scalars
 
 
-def write_scalars(writer: Optional[tf.summary.SummaryWriter], step: int,
+def write_scalars(writer: Optional["tf.summary.SummaryWriter"], step: int,
                   scalars: Dict[str, float]) -> None:
     """TensorBoard scalars at `step` (nothing without a writer: non-chief workers)."""
     if writer is None:
         return
+    import tensorflow as tf
+
     try:
         with writer.as_default(step=step):
             for name, value in scalars.items():
@@ -72,9 +74,18 @@ def log_progress(step: int, num_train_steps: int, scalars: Dict[str, float],
         scalars["tokens_per_second"], format_seconds(eta))
 
 
-def write_eval_results(model_dir: str, step: int, results: Dict[str, float]) -> None:
+def write_eval_results(model_dir: str, step: int, results: Dict[str, float],
+                       event_writer=None) -> None:
     """A log line, then `eval_results.txt` (sorted `name = value` lines, the official printout)
     and TensorBoard scalars under `eval/`.
+
+    Args:
+        model_dir: str. The run directory.
+        step: int. The step evaluated.
+        results: {name: value}, `global_step` included.
+        event_writer: optional callable (directory, step, {name: value}) writing the scalars
+            (`portable_board.write_scalars` on backends without TensorFlow); by default
+            TensorFlow's summary writer.
 
     Raises:
         TrainingError: the files cannot be written (a read-only model dir, a full disk); the
@@ -83,17 +94,31 @@ def write_eval_results(model_dir: str, step: int, results: Dict[str, float]) -> 
     shown = ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step")
     logger.info("eval at step %d: %s", step, shown)
     path = os.path.join(model_dir, run_dir.EVAL_RESULTS_NAME)
+    scalars = {k: v for k, v in results.items() if k != "global_step"}
+    errors = (OSError,) + _tf_errors()
     try:
         atomic.write_text(path, "".join(f"{key} = {results[key]}\n" for key in sorted(results)))
-        writer = tf.summary.create_file_writer(os.path.join(model_dir, run_dir.EVAL_SUMMARY_DIR))
-        with writer.as_default(step=step):
-            for key, value in results.items():
-                if key != "global_step":
-                    tf.summary.scalar(key, value)
-        writer.close()
-    except (OSError, tf.errors.OpError) as e:
+        (event_writer or _tf_write_scalars)(os.path.join(model_dir, run_dir.EVAL_SUMMARY_DIR),
+                                            step, scalars)
+    except errors as e:
         raise TrainingError(f"cannot write the eval results {shown_path(path)} "
                             f"({error_line(e)}); the results at step {step}: {shown}") from None
+
+
+def _tf_write_scalars(directory: str, step: int, scalars: Dict[str, float]) -> None:
+    import tensorflow as tf
+
+    writer = tf.summary.create_file_writer(directory)
+    with writer.as_default(step=step):
+        for key, value in scalars.items():
+            tf.summary.scalar(key, value)
+    writer.close()
+
+
+def _tf_errors() -> tuple:
+    """TensorFlow's I/O error class when TensorFlow is in use (a run without it has none)."""
+    tf = sys.modules.get("tensorflow")
+    return (tf.errors.OpError,) if tf is not None else ()
 
 
 format_seconds = format_duration  # `1h02m03s`, or `?` for an unknown duration

@@ -38,14 +38,14 @@ from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import (board, checkpointing, graph_leaks, inputs, optimization,
-                                 preemption, run_dir, summaries, train_step)
+                                 preemption, run_base, run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
-from electra_tf.vocab import Vocab, load_vocab
+from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
 
 
-class Trainer:
+class Trainer(run_base.LockedRun):
     """Holds the strategy, model, optimizer and checkpoint of one run.
 
     Construction checks everything that can be wrong with the inputs (vocab, datasets, batch
@@ -117,21 +117,8 @@ class Trainer:
 
     # --- Set-up ------------------------------------------------------------------------------------
     def _check_vocab_and_batches(self) -> Vocab:
-        config = self.config
-        vocab = load_vocab(config.vocab_file)
-        if vocab.size > config.vocab_size:
-            raise TrainingError(f"{config.vocab_file} has {vocab.size} tokens but vocab_size is "
-                                f"{config.vocab_size}: set the vocab_size hparam to {vocab.size}")
-        replicas = self.strategy.num_replicas_in_sync
-        for key in ("train_batch_size", "eval_batch_size"):
-            if getattr(config, key) % replicas:
-                raise TrainingError(f"{key}={getattr(config, key)} (the global batch) is not a "
-                                    f"multiple of the {replicas} replicas in sync")
-        if config.train_batch_size % (replicas * config.gradient_accumulation_steps):
-            raise TrainingError(
-                f"train_batch_size={config.train_batch_size} is not a multiple of {replicas} "
-                f"replica(s) x gradient_accumulation_steps={config.gradient_accumulation_steps}")
-        return vocab
+        return run_base.check_vocab_and_batches(self.config, self.strategy.num_replicas_in_sync,
+                                                "replicas in sync")
 
     def _prepare_run_dir(self, overwrite: bool) -> None:
         config = self.config
@@ -214,18 +201,6 @@ class Trainer:
         return run_dir.worker_checkpoint_dir(self.config.model_dir,
                                              self.strategy.cluster_resolver.task_id)
 
-    def close(self) -> None:
-        """Releases the run directory's lock (idempotent; the process's exit does too)."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    def __enter__(self) -> "Trainer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     # --- State -------------------------------------------------------------------------------------
     @property
     def step(self) -> int:
@@ -242,19 +217,6 @@ class Trainer:
                                                  + list(self.model.non_trainable_variables))
 
     # --- Training ----------------------------------------------------------------------------------
-    def train(self, stop_at_step: Optional[int] = None) -> Dict[str, float]:
-        """Trains to `num_train_steps` (or `stop_at_step`, for tests and staged runs), resuming
-        from the current step. Returns the last chunk's averaged scalars."""
-        config = self.config
-        start_step = self.step
-        end_step = min(config.num_train_steps, stop_at_step or config.num_train_steps)
-        if start_step >= end_step:
-            logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
-                        config.num_train_steps)
-            return {}
-        with self.stop:  # SIGTERM: stop before the next step, save, raise Preempted
-            return self._train_steps(start_step, end_step)
-
     def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
         config = self.config
         writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
@@ -349,9 +311,8 @@ class Trainer:
 
     def preempted(self, during: str, rerun: str) -> Preempted:
         """The stop of a phase other than training: nothing of the run is lost."""
-        latest = self.checkpointer.latest or self.restored_from
-        return Preempted(f"stopped by SIGTERM {during} at step {self.step}; nothing is lost (the "
-                         f"checkpoint {latest} is complete). Rerun the same command to {rerun}")
+        return run_base.preempted(self.step, self.checkpointer.latest or self.restored_from,
+                                  during, rerun)
 
     def _save(self) -> None:
         path = self.checkpointer.save(self.step)

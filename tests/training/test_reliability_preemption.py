@@ -22,6 +22,7 @@ from electra_tf import cli
 from electra_tf.errors import Preempted
 from electra_tf.training import run_dir
 from electra_tf.training import trainer as trainer_lib
+from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")
@@ -59,33 +60,6 @@ def test_stop_request_stops_a_compiled_loop_at_the_next_step(data_dir):
     assert trainer.step == step
 
 
-def _wait_for(path, pattern, proc, timeout=RUN_TIMEOUT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            if re.search(pattern, f.read()):
-                return True
-        time.sleep(0.02)
-    return False
-
-
-def _sigterm_when(command, env, log_path, pattern):
-    """Runs `command` (stderr to `log_path`), sends it SIGTERM once `pattern` is logged and
-    waits for it to end; returns (exit status, log)."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(command, env=env, cwd=fx.REPO_ROOT, stdout=subprocess.DEVNULL,
-                                stderr=log, text=True)
-        try:
-            assert _wait_for(log_path, pattern, proc), log_path.read_text()[-3000:]
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=RUN_TIMEOUT)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return proc.returncode, log_path.read_text()
-
-
 def _hparams(**extra):
     return fx.tiny_hparams(num_train_steps=48, iterations_per_loop=4, save_checkpoints_steps=1000,
                            **extra)
@@ -100,7 +74,7 @@ def test_sigterm_saves_exits_42_and_the_same_command_resumes_exactly(data_dir, t
     command = fx.run_pretraining_command(data_dir, "term", _hparams())
     log_path = tmp_path / "term.log"
     try:
-        returncode, first = _sigterm_when(command, env, log_path, r"step 8/48")
+        returncode, first = faults.sigterm_when(command, env, log_path, r"step 8/48")
         assert returncode == cli.EXIT_PREEMPTED == 42, first[-3000:]
         assert "Traceback" not in first
         step = int(STOPPED.search(first).group(1))
@@ -140,7 +114,7 @@ def test_sigterm_to_one_worker_stops_both_at_the_same_step_and_both_resume(data_
     try:
         # Both workers past set-up: each logs this line inside the SIGTERM handler's scope.
         for path, proc in zip(paths, procs):
-            assert _wait_for(path, r"training from step 0 to 48", proc), path.read_text()[-3000:]
+            assert faults.wait_for_log(path, r"training from step 0 to 48", proc), path.read_text()[-3000:]
         procs[1].send_signal(signal.SIGTERM)  # the non-chief only
         for p in procs:
             p.wait(timeout=RUN_TIMEOUT)
@@ -199,7 +173,7 @@ def test_sigterm_during_an_eval_only_run_exits_42_and_writes_nothing(data_dir, t
     # An evaluation far longer than the test: only the SIGTERM ends it.
     command = fx.run_pretraining_command(data_dir, "term_eval", dict(
         hparams, do_train=False, do_eval=True, num_eval_steps=10_000_000))
-    returncode, log = _sigterm_when(command, fx.subprocess_env(), tmp_path / "eval.log",
+    returncode, log = faults.sigterm_when(command, fx.subprocess_env(), tmp_path / "eval.log",
                                     r"restored \S+ckpt-2 \(step 2\)")
     assert returncode == cli.EXIT_PREEMPTED, log[-3000:]
     line = _stop_line(log)

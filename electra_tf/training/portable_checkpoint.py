@@ -1,0 +1,205 @@
+"""Checkpoints of a run on the JAX or PyTorch backend (no TensorFlow): `ckpt-N.npz` files.
+
+TensorFlow's checkpoint format (`ckpt-N.index` + data) cannot be written without TensorFlow, so
+a run on another Keras backend saves one NumPy archive per checkpoint, in the same run directory
+and under the same numbering:
+
+    ckpt-N.npz    model/<i>: the model's variables (trainable, then non-trainable: the dropout
+                  seed states included, which `model.weights` leaves out);
+                  optimizer/<i>: the optimizer's (`optimizer.variables`: iterations, Adam moments);
+                  meta: a JSON object {"format", "step", "backend", "model_paths",
+                  "optimizer_paths", "data_state", "data_key"}.
+
+Each file is written whole under a temporary name, synced and renamed (`electra_tf.atomic`), so a
+SIGKILL at any moment leaves the previous checkpoints intact and at most a hidden temporary file,
+which the next run removes. The variables' paths are stored and compared on restore: a file of
+another architecture is refused with a line naming the first differing variable (the paths are
+compared without what Keras numbers per process: the model's own name, `electra_pretrainer_1`,
+and its seed generators', `seed_generator_7`). The newest
+readable file wins; an unreadable one (cut short by a full disk) is skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import zipfile
+from typing import Dict, List, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from electra_tf import atomic
+from electra_tf.errors import TrainingError, error_line, shown_path
+
+logger = logging.getLogger("electra_tf")
+
+FORMAT = "electra-tf portable checkpoint 1"
+SUFFIX = ".npz"
+NAME_PATTERN = re.compile(r"^ckpt-(\d+)\.npz$")
+
+
+class Saved(NamedTuple):
+    """What a checkpoint holds besides the variables.
+
+    Attributes:
+        path: str. The file.
+        step: int. The optimizer step it was saved at.
+        data_state: dict or None. The training reader's position (`BatchReader.state()`).
+        data_key: str or None. The fingerprint of the data pipeline the position belongs to.
+    """
+
+    path: str
+    step: int
+    data_state: Optional[dict]
+    data_key: Optional[str]
+
+
+def path_for(directory: str, step: int) -> str:
+    return os.path.join(directory, f"ckpt-{step}{SUFFIX}")
+
+
+def checkpoints(directory: str) -> List[str]:
+    """The `ckpt-N.npz` files of `directory`, newest (highest N) first."""
+    if not os.path.isdir(directory):
+        return []
+    found = [(int(m.group(1)), name) for name in os.listdir(directory)
+             if (m := NAME_PATTERN.match(name))]
+    return [os.path.join(directory, name) for _, name in sorted(found, reverse=True)]
+
+
+def model_variables(model) -> list:
+    """What a checkpoint holds of the model, in order: its trainable variables, then the rest
+    (the seed states of dropout included: a resumed run draws the same masks)."""
+    return list(model.trainable_variables) + list(model.non_trainable_variables)
+
+
+def canonical_path(path: str, model_name: str) -> str:
+    """`path` without the parts Keras numbers per process (see the module docstring)."""
+    if path.startswith(model_name + "/"):
+        path = path[len(model_name) + 1:]
+    return _NUMBERED_SEED.sub("seed_generator", path)
+
+
+_NUMBERED_SEED = re.compile(r"seed_generator_\d+")
+
+
+def _variable_arrays(variables: Sequence) -> List[np.ndarray]:
+    from keras import ops
+
+    return [np.asarray(ops.convert_to_numpy(v.value)) for v in variables]
+
+
+def save(directory: str, step: int, model, optimizer, data_state: Optional[dict],
+         data_key: Optional[str]) -> str:
+    """Writes `ckpt-<step>.npz` atomically; returns its path.
+
+    Raises:
+        TrainingError: the file cannot be written (a full disk, a read-only directory).
+    """
+    path = path_for(directory, step)
+    meta = {"format": FORMAT, "step": int(step),
+            "backend": __import__("keras").backend.backend(),
+            "model_name": model.name,
+            "model_paths": [v.path for v in model_variables(model)],
+            "optimizer_paths": [v.path for v in optimizer.variables],
+            "data_state": data_state, "data_key": data_key}
+    arrays: Dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+    arrays.update({f"model/{i}": a
+                   for i, a in enumerate(_variable_arrays(model_variables(model)))})
+    arrays.update({f"optimizer/{i}": a
+                   for i, a in enumerate(_variable_arrays(optimizer.variables))})
+    try:
+        with atomic.atomic_path(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+    except OSError as e:
+        raise TrainingError(f"cannot write the checkpoint {shown_path(path)} ({error_line(e)}): "
+                            "training stopped; free space and rerun to resume from the last "
+                            "checkpoint") from None
+    return path
+
+
+def read_meta(path: str) -> dict:
+    """The checkpoint's meta object.
+
+    Raises:
+        TrainingError: the file is not a readable checkpoint of this format.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            meta = json.loads(str(archive["meta"]))
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
+        raise TrainingError(f"checkpoint {shown_path(path)} is unreadable ({error_line(e)})") \
+            from None
+    if meta.get("format") != FORMAT:
+        raise TrainingError(f"checkpoint {shown_path(path)} is not an electra-tf portable "
+                            f"checkpoint (format {meta.get('format')!r})")
+    return meta
+
+
+def latest_good(directory: str) -> Optional[str]:
+    """The newest checkpoint of `directory` whose meta reads; unreadable newer ones are skipped
+    with a warning (their files are kept for inspection)."""
+    for path in checkpoints(directory):
+        try:
+            read_meta(path)
+            return path
+        except TrainingError as e:
+            logger.warning("%s; trying an older checkpoint", e)
+    return None
+
+
+def _assign(variables: Sequence, archive, prefix: str, saved: List[str], built: List[str],
+            path: str) -> None:
+    if len(saved) != len(built) or saved != built:
+        for i, (theirs, mine) in enumerate(zip(saved + [None] * len(built),
+                                               built + [None] * len(saved))):
+            if mine != theirs:
+                raise TrainingError(
+                    f"checkpoint {shown_path(path)} holds other {prefix} variables than this run "
+                    f"builds ({prefix} variable {i}: saved {theirs!r}, built {mine!r}): another "
+                    "architecture; use the run's hparams or another --model-name")
+    for i, variable in enumerate(variables):
+        value = archive[f"{prefix}/{i}"]
+        if tuple(value.shape) != tuple(variable.shape):
+            raise TrainingError(f"checkpoint {shown_path(path)}: {variable.path} has shape "
+                                f"{value.shape}, the model {tuple(variable.shape)}")
+        variable.assign(value)
+
+
+def restore(path: str, model, optimizer) -> Saved:
+    """Assigns the checkpoint's variables to `model` and `optimizer` (None: the model's only).
+
+    Raises:
+        TrainingError: unreadable, or of another architecture.
+    """
+    meta = read_meta(path)
+    variables = model_variables(model)
+    saved_name = meta.get("model_name", model.name)
+    with np.load(path, allow_pickle=False) as archive:
+        _assign(variables, archive, "model",
+                [canonical_path(p, saved_name) for p in meta["model_paths"]],
+                [canonical_path(v.path, model.name) for v in variables], path)
+        if optimizer is not None:
+            # The optimizer's variable names embed the model's (numbered) names: its variables
+            # follow the model's, so their count and shapes are what is checked.
+            count = len(meta["optimizer_paths"])
+            _assign(optimizer.variables, archive, "optimizer", [str(i) for i in range(count)],
+                    [str(i) for i in range(len(optimizer.variables))], path)
+    return Saved(path, int(meta["step"]), meta.get("data_state"), meta.get("data_key"))
+
+
+def enforce_retention(directory: str, keep: Optional[int]) -> List[str]:
+    """Deletes all but the newest `keep` checkpoints (None or 0: keep all); returns the deleted."""
+    if not keep:
+        return []
+    deleted = []
+    for path in checkpoints(directory)[keep:]:
+        try:
+            os.remove(path)
+            deleted.append(path)
+        except FileNotFoundError:
+            pass
+    return deleted

@@ -1,0 +1,415 @@
+"""The pretraining run on the JAX or PyTorch backend: `run(config)` for `--backend jax|torch`.
+
+The TensorFlow trainer (`trainer`) is the default and the fidelity reference; this one runs the
+same model, objective, optimizer and step (`ElectraPretrainer.fit`, `portable_fit`) where
+TensorFlow is absent (a TPU VM or a GPU box with JAX or PyTorch), with the same command line,
+hparams and run directory:
+
+1. Set up: the distribution (JAX: `keras.distribution.DataParallel` over every local device
+   when there are several, so the global batch is split as the TensorFlow path splits it over
+   replicas), the precision ("auto" resolved for this device; no mixed_float16, whose loss
+   scaling this step does not do), vocab and dataset checks, the run directory (config.json,
+   the lock), the model and optimizer, then the start: the latest `ckpt-N.npz`
+   (`portable_checkpoint`) or step 0.
+2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
+   reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
+   order); after each chunk the TensorBoard scalars (TensorBoard's own writer:
+   `portable_board`) and the progress line; a checkpoint every `save_checkpoints_steps` and at
+   the end. A non-finite loss stops the run without saving. SIGTERM stops it after the step
+   under way, saves, and raises `Preempted` (exit status 42).
+3. Evaluate on the held-out split (`eval_results.txt`, `eval/` scalars).
+
+A checkpoint holds the weights (dropout and sampling seed states included), the optimizer (its
+step counter is the step seed) and the reader's position, so a resumed run equals an
+uninterrupted one bit for bit. SavedModel export needs TensorFlow: see docs/keras.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from typing import Dict, List, Optional
+
+import keras
+import numpy as np
+
+from electra_tf import atomic, precision
+from electra_tf.config import PretrainingConfig
+from electra_tf.data.record_reader import BatchReader
+from electra_tf.errors import Preempted, TrainingError
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training import (dataset_checks, optimization, portable_board,
+                                 portable_checkpoint, preemption, run_base, run_dir,
+                                 summaries)
+from electra_tf.vocab import Vocab
+
+logger = logging.getLogger("electra_tf")
+
+# What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
+STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu"),
+              "torch": ("auto", "one_device")}
+PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
+
+
+def check_supported(config: PretrainingConfig) -> None:
+    """One-line errors for what this backend cannot do (before anything is written).
+
+    Raises:
+        TrainingError: naming the flag or hparam.
+    """
+    backend = config.backend
+    if backend not in STRATEGIES:
+        raise TrainingError(f"--backend {backend}: the portable trainer runs jax or torch")
+    active = keras.backend.backend()
+    if active != backend:
+        raise TrainingError(f"--backend {backend}, but Keras was imported with the {active} "
+                            f"backend: set KERAS_BACKEND={backend} before importing keras (the "
+                            "tools do)")
+    if config.strategy not in STRATEGIES[backend]:
+        raise TrainingError(
+            f"strategy={config.strategy!r} with --backend {backend}: not supported (use "
+            f"{' or '.join(STRATEGIES[backend])}; several hosts: docs/keras.md, \"Pretraining on "
+            "JAX\")" + ("; PyTorch trains on one device here" if backend == "torch" else ""))
+    unsupported = {
+        "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
+        "two_stage_generator_dir": bool(config.two_stage_generator_dir),
+        "jit_compile": config.jit_compile and backend == "torch",
+    }
+    for key, used in unsupported.items():
+        if used:
+            raise TrainingError(f"hparam {key} is supported with --backend tensorflow only "
+                                f"(this run has --backend {backend})")
+    if config.mixed_precision == "mixed_float16":
+        raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
+                            f"{backend} does not do: use auto, mixed_bfloat16 or float32")
+
+
+def local_devices() -> List[str]:
+    """The devices Keras' distribution API sees (JAX: every local device)."""
+    if keras.backend.backend() != "jax":
+        return []
+    return keras.distribution.list_devices()
+
+
+class PortableTrainer(run_base.LockedRun):
+    """Holds the model, optimizer, reader and checkpoints of one run on JAX or PyTorch.
+
+    Args:
+        config: a resolved PretrainingConfig with `backend` "jax" or "torch".
+        overwrite: delete an existing run in `config.model_dir` first (after the checks pass).
+
+    Raises:
+        TrainingError, DataError, VocabError: bad inputs, one-line messages.
+    """
+
+    def __init__(self, config: PretrainingConfig, overwrite: bool = False):
+        check_supported(config)
+        self.devices = local_devices() if config.strategy != "one_device" else []
+        facts = precision.detect_keras_backend(config.backend)
+        self.precision = precision.choose(config.mixed_precision, allowed=PORTABLE_POLICIES,
+                                          facts=facts)
+        self.config = config = dataclasses.replace(
+            config, resolved_mixed_precision=self.precision.policy,
+            resolved_mixed_precision_reason=self.precision.reason)
+        self.vocab = self._check_vocab_and_batches()
+        self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
+        self._lock = run_dir.lock(config.model_dir, training=config.do_train)
+        self.reader: Optional[BatchReader] = None
+        try:
+            self._set_up(overwrite)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def num_devices(self) -> int:
+        return max(1, len(self.devices))
+
+    def _check_vocab_and_batches(self) -> Vocab:
+        return run_base.check_vocab_and_batches(self.config, self.num_devices,
+                                                "devices data-parallel")
+
+    def _set_up(self, overwrite: bool) -> None:
+        config = self.config
+        if overwrite:
+            run_dir.remove_run(config.model_dir)
+        run_dir.prepare(config, config.vocab_file, self.vocab.sha256, write=config.do_train)
+        manifests = self.dataset_summaries.get("train", {}).get("manifests")
+        if config.do_train and manifests:
+            run_dir.copy_dataset_manifest(config.model_dir, manifests[0])
+        if self._lock is not None:
+            for leftover in atomic.remove_temporaries(config.model_dir):
+                logger.info("removed %s (a write interrupted before)", leftover)
+        self._build()
+        self.stop = preemption.HostStop()
+        self.latest: Optional[str] = None
+        self.restored_from: Optional[str] = None
+        self._start()
+
+    def _build(self) -> None:
+        config = self.config
+        if len(self.devices) > 1:
+            keras.distribution.set_distribution(
+                keras.distribution.DataParallel(devices=self.devices))
+            logger.info("data-parallel over %d devices: %s", len(self.devices),
+                        ", ".join(str(d) for d in self.devices))
+        keras.mixed_precision.set_global_policy(self.precision.policy)
+        keras.utils.set_random_seed(config.seed)  # weight init
+        self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
+                                                               self.vocab.tokens)
+        self.model.build_from_sequence_length()
+        self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
+        self.model.compile(optimizer=self.optimizer,
+                           gradient_accumulation_steps=config.gradient_accumulation_steps,
+                           disc_auc_include_padding=False)
+        self.optimizer.build(self.model.trainable_variables)
+
+    def _start(self) -> None:
+        """Restores the newest checkpoint, else starts at step 0 (a fresh reader either way
+        when the saved position belongs to another pipeline)."""
+        config = self.config
+        found = portable_checkpoint.latest_good(config.model_dir)
+        if found is None and os.path.isdir(os.path.join(config.model_dir,
+                                                        run_dir.INIT_CHECKPOINT_DIR)):
+            raise TrainingError(
+                f"{config.model_dir} holds an imported TensorFlow checkpoint "
+                f"({run_dir.INIT_CHECKPOINT_DIR}/), which --backend {config.backend} cannot read: "
+                "start it with --backend tensorflow (docs/keras.md)")
+        if found is None and not config.do_train:
+            raise TrainingError(f"no checkpoint in {config.model_dir} to evaluate: train first "
+                                "(do_train) or check --data-dir / --model-name")
+        data_state = None
+        if found is not None:
+            saved = portable_checkpoint.restore(found, self.model, self.optimizer)
+            self.latest = self.restored_from = found
+            data_state = saved.data_state if saved.data_key == self.data_key() else None
+            if config.do_train and saved.data_state is not None and data_state is None:
+                logger.warning("%s holds no data position for this pipeline (batch size, shards "
+                               "or seed changed): the data order restarts, reshuffled for step "
+                               "%d", found, self.step)
+            logger.info("restored %s (step %d)", found, self.step)
+        if config.do_train:
+            # A restart without a position reshuffles (seed + step): the first steps' batches
+            # are not replayed.
+            seed = config.seed + (self.step if found is not None and data_state is None else 0)
+            self.reader = self._train_reader(seed)
+            if data_state is not None:
+                self.reader.restore(data_state)
+            portable_checkpoint.enforce_retention(config.model_dir,
+                                                  config.keep_checkpoint_max or None)
+
+    def _train_reader(self, seed: int) -> BatchReader:
+        config = self.config
+        self._reader_seed = seed
+        return BatchReader(config.pretrain_tfrecords, batch_size=config.train_batch_size,
+                           max_seq_length=config.max_seq_length, is_training=True, seed=seed,
+                           record_plan=dataset_checks.record_plan(self.dataset_summaries, "train"))
+
+    def data_key(self) -> str:
+        """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`)."""
+        config = self.config
+        from electra_tf.data import integrity
+
+        files = [(os.path.basename(f), os.path.getsize(f))
+                 for f in integrity.list_files(config.pretrain_tfrecords)] if config.do_train \
+            else []
+        plan = dataset_checks.record_plan(self.dataset_summaries, "train")
+        key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
+               "max_seq_length": config.max_seq_length, "backend": config.backend}
+        if plan is not None:
+            key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+
+    def close(self) -> None:
+        """Releases the reader and the run directory's lock (idempotent)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        super().close()
+
+    # --- State -------------------------------------------------------------------------------------
+    @property
+    def step(self) -> int:
+        return int(keras.ops.convert_to_numpy(self.optimizer.iterations))
+
+    def weights_fingerprint(self) -> str:
+        """sha256 of the model's variables (trainable, then the rest), as the TensorFlow
+        trainer's (`checkpointing.weights_fingerprint`): equal weights, equal fingerprints."""
+        digest = hashlib.sha256()
+        for variable in portable_checkpoint.model_variables(self.model):
+            value = np.asarray(keras.ops.convert_to_numpy(variable.value))
+            digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
+            digest.update(np.ascontiguousarray(value).tobytes())
+        return digest.hexdigest()
+
+    # --- Training ----------------------------------------------------------------------------------
+    def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
+        config = self.config
+        writer = portable_board.EventWriter(config.model_dir)
+        portable_board.write_run_info(writer, config, start_step)
+        if start_step == 0:
+            self._save()
+        logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s)",
+                    start_step, config.num_train_steps, config.train_batch_size,
+                    self.num_devices, config.backend)
+        scalars: Dict[str, float] = {}
+        run_start = time.time()
+        try:
+            while self.step < end_step:
+                if self.stop.requested:
+                    self._stop_preempted()
+                chunk = self._train_chunk(self._chunk_size(end_step))
+                if chunk:
+                    scalars = chunk
+                    writer.scalars(self.step, scalars)
+                    writer.flush()
+                    rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
+                    summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
+                if self.stop.requested:
+                    self._stop_preempted()
+                if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
+                    self._save()
+        finally:
+            writer.close()
+        elapsed = time.time() - run_start
+        logger.info("training done: steps %d-%d in %s (%.1f ex/s incl. compilation); "
+                    "checkpoint %s", start_step, self.step, summaries.format_seconds(elapsed),
+                    (self.step - start_step) * config.train_batch_size / max(elapsed, 1e-9),
+                    self.latest)
+        return scalars
+
+    def _chunk_size(self, end_step: int) -> int:
+        step, every = self.step, self.config.save_checkpoints_steps
+        return min(self.config.iterations_per_loop, every - step % every, end_step - step)
+
+    def _train_chunk(self, num_steps: int) -> Dict[str, float]:
+        """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`)."""
+        step = self.step
+        states: List[dict] = []
+        tokens: List[int] = []
+        reader = iter(self.reader)
+
+        def batches():
+            for _ in range(num_steps):
+                states.append(self.reader.state())
+                batch = next(reader)
+                tokens.append(int(batch["input_mask"].sum()))
+                yield (batch,)  # Keras takes tuples from generators: (inputs,)
+
+        stopper = _StopCallback(self.stop)
+        t0 = time.time()
+        history = self.model.fit(batches(), steps_per_epoch=num_steps, epochs=1, verbose=0,
+                                 shuffle=False, callbacks=[stopper])
+        elapsed = time.time() - t0
+        done = self.step - step
+        # Keras reads ahead of the step it runs: put the reader back after the last trained
+        # batch, so the checkpoint's position is the next batch to train on.
+        if done < len(states):
+            self.reader.restore(states[done])
+        if done == 0:
+            return {}
+        # As the TensorFlow trainer's `summaries.loop_scalars`: the chunk's mean of each step's
+        # loss terms and gradient norm, and the official metrics over the chunk.
+        logs = {k: float(v[-1]) for k, v in history.history.items()}
+        terms = {k: float(keras.ops.convert_to_numpy(mean.result()))
+                 for k, mean in self.model._fit_state.step_terms.items()}
+        scalars = {"total_loss": logs.pop("loss"), **terms}
+        if not all(math.isfinite(scalars[k]) for k in ("total_loss", "masked_lm_loss",
+                                                       "disc_loss")):
+            raise TrainingError(
+                f"non-finite loss in steps {step + 1}-{self.step} (loss {scalars['total_loss']}):"
+                f" training stopped; the last good checkpoint is {self.latest}. Lower "
+                "learning_rate or check the data")
+        scalars.update({k: v for k, v in logs.items() if k not in terms})
+        scalars["learning_rate"] = float(keras.ops.convert_to_numpy(
+            self.schedule(self.step - 1)))
+        scalars["examples_per_second"] = done * self.config.train_batch_size / elapsed
+        scalars["tokens_per_second"] = float(sum(tokens[:done])) / elapsed
+        return scalars
+
+    def _save(self) -> None:
+        config = self.config
+        self.latest = portable_checkpoint.save(
+            config.model_dir, self.step, self.model, self.optimizer,
+            self.reader.state() if self.reader is not None else None, self.data_key())
+        portable_checkpoint.enforce_retention(config.model_dir, config.keep_checkpoint_max or None)
+        logger.info("saved checkpoint %s", self.latest)
+
+    def _stop_preempted(self) -> None:
+        if self.latest is None or not self.latest.endswith(f"ckpt-{self.step}.npz"):
+            self._save()
+        raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
+                        f"saved {self.latest}. Rerun the same command to resume")
+
+    def preempted(self, during: str, rerun: str) -> Preempted:
+        return run_base.preempted(self.step, self.latest, during, rerun)
+
+    # --- Evaluation --------------------------------------------------------------------------------
+    def evaluate(self) -> Dict[str, float]:
+        """`num_eval_steps` held-out batches in eval mode; writes `eval_results.txt` and the
+        `eval/` scalars (as the TensorFlow trainer)."""
+        config = self.config
+        if self.stop.requested:
+            raise self.preempted("before the evaluation", "evaluate")
+        reader = BatchReader(config.eval_tfrecords, batch_size=config.eval_batch_size,
+                             max_seq_length=config.max_seq_length, is_training=False,
+                             record_plan=dataset_checks.record_plan(self.dataset_summaries, "eval"))
+        stopper = _StopCallback(self.stop)
+        with reader, self.stop:
+            logs = self.model.evaluate(((batch,) for batch in reader), steps=config.num_eval_steps, verbose=0,
+                                       return_dict=True, callbacks=[stopper])
+        if self.stop.requested:
+            raise self.preempted("during the evaluation", "evaluate (no eval results were "
+                                                          "written)")
+        results = {k: float(v) for k, v in logs.items()}
+        results["global_step"] = self.step
+        summaries.write_eval_results(config.model_dir, self.step, results,
+                                     event_writer=portable_board.write_scalars)
+        return results
+
+
+class _StopCallback(keras.callbacks.Callback):
+    """Ends `fit()` / `evaluate()` after the batch under way once a stop is requested."""
+
+    def __init__(self, stop: preemption.HostStop):
+        super().__init__()
+        self.stop = stop
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.stop.requested:
+            self.model.stop_training = True
+
+    def on_test_batch_end(self, batch, logs=None):
+        if self.stop.requested:
+            self.model.stop_evaluating = True
+
+
+def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
+    """Trains and evaluates as the config says, on `config.backend` (jax or torch).
+
+    Returns:
+        {"train": last chunk's scalars, "eval": eval results, "final": {"global_step",
+         "checkpoint", "weights_sha256"}}, for the phases that ran.
+    """
+    with preemption.SigtermWatch(), PortableTrainer(config, overwrite=overwrite) as trainer:
+        results = {}
+        with trainer.stop:
+            if config.do_train:
+                results["train"] = trainer.train()
+            if config.do_eval:
+                results["eval"] = trainer.evaluate()
+            if config.do_export:
+                logger.warning(
+                    "do_export: a SavedModel needs TensorFlow; on a machine with it, run "
+                    "`electra-convert to-keras-hub` or the steps in docs/keras.md (\"Pretraining "
+                    "on JAX\") on %s", config.model_dir)
+        results["final"] = {"global_step": trainer.step, "checkpoint": trainer.latest,
+                            "weights_sha256": trainer.weights_fingerprint()}
+        logger.info("final: step %d, checkpoint %s, weights sha256 %s", trainer.step,
+                    trainer.latest, results["final"]["weights_sha256"])
+        return results
