@@ -28,6 +28,7 @@ import re
 import zipfile
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+import keras
 import numpy as np
 
 from electra_tf import atomic
@@ -100,7 +101,7 @@ def save(directory: str, step: int, model, optimizer, data_state: Optional[dict]
     """
     path = path_for(directory, step)
     meta = {"format": FORMAT, "step": int(step),
-            "backend": __import__("keras").backend.backend(),
+            "backend": keras.backend.backend(),
             "model_name": model.name,
             "model_paths": [v.path for v in model_variables(model)],
             "optimizer_paths": [v.path for v in optimizer.variables],

@@ -21,7 +21,8 @@ hparams and run directory:
 
 A checkpoint holds the weights (dropout and sampling seed states included), the optimizer (its
 step counter is the step seed) and the reader's position, so a resumed run equals an
-uninterrupted one bit for bit. SavedModel export needs TensorFlow: see docs/keras.md.
+uninterrupted one bit for bit. The SavedModel export needs TensorFlow: on a machine with it the
+TensorFlow trainer evaluates and exports such a run (do_train false), and the converters read it.
 """
 
 from __future__ import annotations
@@ -405,9 +406,10 @@ def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
                 results["eval"] = trainer.evaluate()
             if config.do_export:
                 logger.warning(
-                    "do_export: a SavedModel needs TensorFlow; on a machine with it, run "
-                    "`electra-convert to-keras-hub` or the steps in docs/keras.md (\"Pretraining "
-                    "on JAX\") on %s", config.model_dir)
+                    "do_export skipped: a SavedModel needs TensorFlow. On a machine with it, run "
+                    "this command with --backend tensorflow and --hparams "
+                    "'{\"do_train\": false, \"do_export\": true}' (it reads %s's checkpoint), "
+                    "or electra-convert to-hf / to-keras-hub / to-google", config.model_dir)
         results["final"] = {"global_step": trainer.step, "checkpoint": trainer.latest,
                             "weights_sha256": trainer.weights_fingerprint()}
         logger.info("final: step %d, checkpoint %s, weights sha256 %s", trainer.step,

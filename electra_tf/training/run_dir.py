@@ -103,7 +103,8 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
                 raise TrainingError(
                     f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
                     "Use the run's hparams, another --model-name, or --overwrite to start afresh")
-        if previous.backend != config.backend:
+        # Evaluation and export only read the checkpoint, which every backend can.
+        if write and previous.backend != config.backend:
             raise TrainingError(
                 f"{config.model_dir} holds a run trained with --backend {previous.backend}; this "
                 f"run has --backend {config.backend} (the checkpoint formats differ). Use "

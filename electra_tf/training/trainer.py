@@ -150,6 +150,8 @@ class Trainer(run_base.LockedRun):
         """Restores the run's latest checkpoint, else imported weights, else starts at step 0."""
         config = self.config
         found = run_dir.checkpoint_to_read(config.model_dir)
+        if found is None and not config.do_train and self._read_portable():
+            return
         if found is None and not config.do_train:
             raise TrainingError(f"no checkpoint in {config.model_dir} to "
                                 f"{'evaluate' if config.do_eval else 'export'}: train first "
@@ -164,6 +166,21 @@ class Trainer(run_base.LockedRun):
         if config.two_stage_generator_dir:
             checkpointing.start_two_stage(self.model, config.two_stage_generator_dir,
                                           fresh=found is None)
+
+    def _read_portable(self) -> bool:
+        """Evaluation / export of a `--backend jax|torch` run: reads its newest `ckpt-N.npz`
+        (the model and step). Returns False if it has none."""
+        from electra_tf.training import portable_checkpoint
+
+        path = portable_checkpoint.latest_good(self.config.model_dir)
+        if path is None:
+            return False
+        saved = portable_checkpoint.restore(path, self.model, None)
+        self.optimizer.iterations.assign(saved.step)
+        self.restored_from = path
+        logger.info("read %s (step %d), a checkpoint of the %s backend", path, saved.step,
+                    self.config.backend)
+        return True
 
     def _restore(self, latest: str) -> None:
         """Restores the chief's `latest` checkpoint. A non-chief worker restores its own of the

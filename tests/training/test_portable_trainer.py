@@ -7,14 +7,15 @@ fresh weights differ; everything after the start is the backends' own). Checked:
 
 - 30 JAX steps give the TensorFlow trainer's losses (rtol 1e-4), and the same held-out eval;
 - PyTorch too;
-- SIGKILL mid-run, then the same command: the final weights of the uninterrupted run, bit for
-  bit; SIGTERM: exit 42, "stopped by SIGTERM", and the rerun ends on the same weights;
+- SIGTERM (exit 42, "stopped by SIGTERM", a save), then SIGKILL mid-run, then the same command:
+  the final weights and losses of the uninterrupted run, bit for bit;
 - 2 JAX CPU devices (`keras.distribution.DataParallel`) give the 1-device run's losses;
 - unsupported combinations are one-line errors naming the flag.
 """
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -136,39 +137,35 @@ def _wait_for(condition, proc, what, timeout=TIMEOUT):
         time.sleep(0.05)
 
 
-def test_sigkill_then_rerun_ends_on_the_uninterrupted_weights(data_dir, reference, jax_run):
-    name = "jax_killed"
+def test_sigterm_then_sigkill_then_rerun_ends_on_the_uninterrupted_weights(data_dir, reference,
+                                                                             jax_run, tmp_path):
+    """SIGTERM at step 3: a save, exit 42, "stopped by SIGTERM"; the same command resumes; a
+    SIGKILL once it has saved step 20; the same command again ends on the uninterrupted run's
+    weights and losses, bit for bit."""
+    name = "jax_stopped"
+    model_dir = _model_dir(data_dir, name)
     _seed(data_dir, name, reference)
+    returncode, log = faults.sigterm_when(_command(data_dir, name), fx.subprocess_env(),
+                                          tmp_path / "sigterm.log", r"step 3/30")
+    assert returncode == 42, log[-3000:]
+    step = int(re.search(r"stopped by SIGTERM at step (\d+) of 30; saved \S+ckpt-\1\.npz", log)
+               .group(1))
+    assert 3 <= step < 20 and os.path.exists(os.path.join(model_dir, f"ckpt-{step}.npz"))
     proc = subprocess.Popen(_command(data_dir, name), env=fx.subprocess_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             cwd=fx.REPO_ROOT)
     try:
-        ckpt = os.path.join(_model_dir(data_dir, name), "ckpt-10.npz")
-        _wait_for(lambda: os.path.exists(ckpt), proc, "the step-10 checkpoint")
+        ckpt = os.path.join(model_dir, "ckpt-20.npz")
+        _wait_for(lambda: os.path.exists(ckpt), proc, "the step-20 checkpoint")
         proc.send_signal(signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
     log = _run(data_dir, name, reference, seed=False)
-    assert "restored" in log
+    assert re.search(r"restored \S+ckpt-(2\d|30)\.npz", log), log[-3000:]
     assert fx.final_fingerprint(log) == jax_run["fingerprint"]
-    _assert_losses_equal(_model_dir(data_dir, name), reference)
-
-
-def test_sigterm_saves_exits_42_and_the_rerun_ends_on_the_same_weights(data_dir, reference,
-                                                                        jax_run, tmp_path):
-    name = "jax_sigterm"
-    _seed(data_dir, name, reference)
-    returncode, log = faults.sigterm_when(_command(data_dir, name), fx.subprocess_env(),
-                                          tmp_path / "sigterm.log", r"step 3/30")
-    assert returncode == 42, log[-3000:]
-    assert "stopped by SIGTERM at step" in log
-    step = int(log.split("stopped by SIGTERM at step ")[1].split()[0])
-    assert 3 <= step < STEPS
-    assert os.path.exists(os.path.join(_model_dir(data_dir, name), f"ckpt-{step}.npz"))
-    rerun = _run(data_dir, name, reference, seed=False)
-    assert fx.final_fingerprint(rerun) == jax_run["fingerprint"]
+    _assert_losses_equal(model_dir, reference)
 
 
 @pytest.mark.parametrize("backend, hparams, flag", [
@@ -210,3 +207,16 @@ def test_the_converters_read_a_jax_run(data_dir, jax_run, tmp_path):
         assert convert(["--quiet", command, "--model-dir", model_dir,
                         "--output-dir", str(out)]) == 0, command
         assert any(out.iterdir()), command
+
+
+def test_the_tensorflow_tools_evaluate_and_export_a_jax_run(data_dir, jax_run):
+    """On a machine with TensorFlow: `--backend tensorflow` with do_train false reads the JAX
+    run's checkpoint, evaluates it as the JAX run did and writes the SavedModels."""
+    jax_eval = _eval_results(_model_dir(data_dir, "jax"))
+    config = fx.tiny_config(data_dir, "jax", **dict(HPARAMS, do_train=False, do_export=True))
+    results = trainer_lib.run(config)
+    assert results["final"]["global_step"] == STEPS
+    for key in EVAL_KEYS:
+        assert results["eval"][key] == pytest.approx(jax_eval[key], rel=1e-4), key
+    assert os.path.isdir(results["export"]["discriminator"])
+    assert results["export"]["discriminator"].endswith(str(STEPS))
