@@ -71,11 +71,19 @@ def check_supported(config: PretrainingConfig) -> None:
         raise TrainingError(f"--backend {backend}, but Keras was imported with the {active} "
                             f"backend: set KERAS_BACKEND={backend} before importing keras (the "
                             "tools do)")
+    if backend == "jax":
+        import jax
+
+        if jax.process_count() > 1:
+            raise TrainingError(
+                f"{jax.process_count()} JAX processes: --backend jax trains on the devices of one "
+                "host (all of them); several hosts are not supported yet (docs/keras.md)")
     if config.strategy not in STRATEGIES[backend]:
         raise TrainingError(
             f"strategy={config.strategy!r} with --backend {backend}: not supported (use "
-            f"{' or '.join(STRATEGIES[backend])}; several hosts: docs/keras.md, \"Pretraining on "
-            "JAX\")" + ("; PyTorch trains on one device here" if backend == "torch" else ""))
+            f"{' or '.join(STRATEGIES[backend])}; several machines: --backend tensorflow with "
+            "multi_worker)" + ("; PyTorch trains on one device here" if backend == "torch"
+                               else ""))
     unsupported = {
         "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
         "two_stage_generator_dir": bool(config.two_stage_generator_dir),
