@@ -156,6 +156,7 @@ class PortableTrainer(run_base.LockedRun):
                 logger.info("removed %s (a write interrupted before)", leftover)
         self._build()
         self.stop = preemption.HostStop()
+        self.data_key = self._compute_data_key()
         self.latest: Optional[str] = None
         self.restored_from: Optional[str] = None
         self._start()
@@ -196,7 +197,7 @@ class PortableTrainer(run_base.LockedRun):
         if found is not None:
             saved = portable_checkpoint.restore(found, self.model, self.optimizer)
             self.latest = self.restored_from = found
-            data_state = saved.data_state if saved.data_key == self.data_key() else None
+            data_state = saved.data_state if saved.data_key == self.data_key else None
             if config.do_train and saved.data_state is not None and data_state is None:
                 logger.warning("%s holds no data position for this pipeline (batch size, shards "
                                "or seed changed): the data order restarts, reshuffled for step "
@@ -214,13 +215,13 @@ class PortableTrainer(run_base.LockedRun):
 
     def _train_reader(self, seed: int) -> BatchReader:
         config = self.config
-        self._reader_seed = seed
         return BatchReader(config.pretrain_tfrecords, batch_size=config.train_batch_size,
                            max_seq_length=config.max_seq_length, is_training=True, seed=seed,
                            record_plan=dataset_checks.record_plan(self.dataset_summaries, "train"))
 
-    def data_key(self) -> str:
-        """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`)."""
+    def _compute_data_key(self) -> str:
+        """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`):
+        computed once per run (it stats every shard), saved with every checkpoint."""
         config = self.config
         from electra_tf.data import integrity
 
@@ -279,10 +280,7 @@ class PortableTrainer(run_base.LockedRun):
                     writer.flush()
                     rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
                     summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
-                if self.stop.requested:
-                    self._stop_preempted()
-                if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
-                    self._save()
+                self._stop_or_save(end_step)
         finally:
             writer.close()
         elapsed = time.time() - run_start
@@ -291,10 +289,6 @@ class PortableTrainer(run_base.LockedRun):
                     (self.step - start_step) * config.train_batch_size / max(elapsed, 1e-9),
                     self.latest)
         return scalars
-
-    def _chunk_size(self, end_step: int) -> int:
-        step, every = self.step, self.config.save_checkpoints_steps
-        return min(self.config.iterations_per_loop, every - step % every, end_step - step)
 
     def _train_chunk(self, num_steps: int) -> Dict[str, float]:
         """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`)."""
@@ -345,7 +339,7 @@ class PortableTrainer(run_base.LockedRun):
         config = self.config
         self.latest = portable_checkpoint.save(
             config.model_dir, self.step, self.model, self.optimizer,
-            self.reader.state() if self.reader is not None else None, self.data_key())
+            self.reader.state() if self.reader is not None else None, self.data_key)
         portable_checkpoint.enforce_retention(config.model_dir, config.keep_checkpoint_max or None)
         logger.info("saved checkpoint %s", self.latest)
 

@@ -49,7 +49,8 @@ def preempted(step: int, checkpoint: Optional[str], during: str, rerun: str) -> 
 
 class LockedRun:
     """A trainer holding its run directory's lock (`_lock`) until `close()` or the block's end,
-    and training from its step (`step`, `stop`, `_train_steps(start, end)` its own)."""
+    and training from its step in chunks (`step`, `stop`, `_train_steps(start, end)`, `_save()`
+    and `_stop_preempted()` its own)."""
 
     _lock = None
 
@@ -65,6 +66,18 @@ class LockedRun:
             return {}
         with self.stop:  # SIGTERM: stop before the next step, save, raise Preempted
             return self._train_steps(start_step, end_step)
+
+    def _chunk_size(self, end_step: int) -> int:
+        """Steps of the next chunk: up to the next checkpoint, the end, or the loop size."""
+        step, every = self.step, self.config.save_checkpoints_steps
+        return min(self.config.iterations_per_loop, every - step % every, end_step - step)
+
+    def _stop_or_save(self, end_step: int) -> None:
+        """After a chunk: stop (saving) if SIGTERM asked, else save when a checkpoint is due."""
+        if self.stop.requested:
+            self._stop_preempted()
+        if self.step % self.config.save_checkpoints_steps == 0 or self.step >= end_step:
+            self._save()
 
     def close(self) -> None:
         """Releases the run directory's lock (idempotent; the process's exit does too)."""

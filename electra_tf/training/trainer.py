@@ -257,10 +257,7 @@ class Trainer(run_base.LockedRun):
                 if self.chief and chunk:
                     rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
                     summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
-                if self.stop.requested:
-                    self._stop_preempted()
-                if self.step % config.save_checkpoints_steps == 0 or self.step >= end_step:
-                    self._save()
+                self._stop_or_save(end_step)
         finally:
             profiler.stop(self.step)
             if writer is not None:
@@ -288,11 +285,6 @@ class Trainer(run_base.LockedRun):
         return train_step.make_step_context(
             self.model, self.optimizer, self.schedule, self.metrics, self.strategy, self.config,
             functools.partial(inputs.replica_slice, split=self.input_split), stop=self.stop)
-
-    def _chunk_size(self, end_step: int) -> int:
-        """Steps of the next compiled chunk: up to the next checkpoint, the end, or the loop size."""
-        step, every = self.step, self.config.save_checkpoints_steps
-        return min(self.config.iterations_per_loop, every - step % every, end_step - step)
 
     def _train_chunk(self, num_steps: int) -> Dict[str, float]:
         """Runs one compiled chunk; checks it; returns its scalars (`summaries.loop_scalars`)."""
