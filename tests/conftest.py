@@ -41,6 +41,22 @@ def _child_tmpdir(tmp_path_factory):
     fx.CHILD_TMPDIR = None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory):
+    """One persistent XLA compilation cache for the session's JAX children: the JAX tests run
+    the same tiny programs in several processes (a reference run, a killed run, its resume), and
+    each compiled them from scratch (JAX reads JAX_COMPILATION_CACHE_DIR at import). Under
+    pytest's basetemp, so every test session starts cold, as CI does."""
+    cache = str(tmp_path_factory.mktemp("jax-cache"))
+    saved = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+    yield
+    if saved is None:
+        os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    else:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = saved
+
+
 @pytest.fixture(autouse=True)
 def _auto_precision_is_float32(monkeypatch):
     """`mixed_precision: "auto"` (the default) resolves to float32 in-process on every CI
