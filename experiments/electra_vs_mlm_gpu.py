@@ -342,7 +342,14 @@ def pretrain_phase(settings: GpuSettings, data_dir: str, out_dir: str, deadline:
     fractions = {o: [k for k in range(1, settings.parts + 1)
                      if the_plan["checkpoints"][o][k - 1] in reached[o]] for o in OBJECTIVES}
     common = max(set(fractions["electra"]) & set(fractions["mlm"]), default=0)
+    with open(os.path.join(data_dir, "pretrain_tfrecords", "manifest.json"), encoding="utf-8") as f:
+        splits = json.load(f)["splits"]
+    train_examples = splits["train"]["examples"]
     results = {"settings": dataclasses.asdict(settings), "plan": the_plan, "hparams": hparams,
+               "data": {"train_examples": train_examples,
+                        "eval_examples": splits.get("eval", {}).get("examples"),
+                        "epochs_planned": {o: the_plan["steps"][o] * settings.train_batch_size
+                                           / train_examples for o in OBJECTIVES}},
                "exit_status": statuses, "wall_seconds": wall, "deadline_seconds": deadline,
                "concurrent": concurrent, "checkpoints_reached": reached,
                "common_fraction": f"{common}/{settings.parts}",
@@ -490,6 +497,13 @@ def summary_markdown(results: dict) -> str:
         lines[-1] += f"{rate:.0f} | {pre['exit_status'].get(o)} |" if rate else \
             f"- | {pre['exit_status'].get(o)} |"
     keys = sorted({k for ev in results["eval"].values() for k in ev})  # MLM runs lack disc_*
+    data = pre.get("data", {})
+    if common and data:
+        lines += ["", f"Data: {data['train_examples']} training examples of "
+                  f"{pre['settings']['max_seq_length']} tokens; epochs over them at the compared "
+                  "steps: " + ", ".join(
+                      f"{o} {common[o] * pre['settings']['train_batch_size'] / data['train_examples']:.2f}"
+                      for o in OBJECTIVES) + "."]
     lines += ["", "## Held-out eval of the pretrained models", "",
               "| objective | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
     for o, ev in results["eval"].items():
