@@ -179,7 +179,7 @@ class Trainer(run_base.LockedRun):
         self.optimizer.iterations.assign(saved.step)
         self.restored_from = path
         logger.info("read %s (step %d), a checkpoint of the %s backend", path, saved.step,
-                    self.config.backend)
+                    portable_checkpoint.read_meta(path).get("backend", "jax or torch"))
         return True
 
     def _restore(self, latest: str) -> None:

@@ -14,6 +14,7 @@ fresh weights differ; everything after the start is the backends' own). Checked:
 """
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -209,12 +210,14 @@ def test_the_converters_read_a_jax_run(data_dir, jax_run, tmp_path):
         assert any(out.iterdir()), command
 
 
-def test_the_tensorflow_tools_evaluate_and_export_a_jax_run(data_dir, jax_run):
+def test_the_tensorflow_tools_evaluate_and_export_a_jax_run(data_dir, jax_run, caplog):
     """On a machine with TensorFlow: `--backend tensorflow` with do_train false reads the JAX
     run's checkpoint, evaluates it as the JAX run did and writes the SavedModels."""
     jax_eval = _eval_results(_model_dir(data_dir, "jax"))
     config = fx.tiny_config(data_dir, "jax", **dict(HPARAMS, do_train=False, do_export=True))
-    results = trainer_lib.run(config)
+    with caplog.at_level(logging.INFO, logger="electra_tf"):
+        results = trainer_lib.run(config)
+    assert f"(step {STEPS}), a checkpoint of the jax backend" in caplog.text
     assert results["final"]["global_step"] == STEPS
     for key in EVAL_KEYS:
         assert results["eval"][key] == pytest.approx(jax_eval[key], rel=1e-4), key
