@@ -30,7 +30,7 @@ from tests import backends
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("float32_policy")]
+pytestmark = pytest.mark.usefixtures("float32_policy")
 
 STEPS = 8
 HPARAMS = fx.tiny_hparams(num_train_steps=STEPS, iterations_per_loop=2, save_checkpoints_steps=4,
@@ -185,6 +185,7 @@ def test_one_host_needs_no_collective():
     assert hosts.host_state({"position": 1}, two) is None  # saved by one host: restart
 
 
+@pytest.mark.slow  # two JAX processes: ~30-120 s
 def test_two_hosts_train_as_one_process_on_the_same_global_batch(data_dir, two_hosts):
     assert "host 0 of 2" in two_hosts["logs"][0] and "host 1 of 2" in two_hosts["logs"][1]
     assert "data-parallel over 2 devices" in two_hosts["logs"][0]
@@ -210,6 +211,7 @@ def test_two_hosts_train_as_one_process_on_the_same_global_batch(data_dir, two_h
                                    [want[tag][s] for s in (2, 4, 6, 8)], rtol=1e-5, err_msg=tag)
 
 
+@pytest.mark.slow  # two JAX processes: ~30-120 s
 def test_host_0_alone_writes_the_run_with_both_hosts_positions(data_dir, two_hosts):
     model_dir = _model_dir(data_dir, "hosts")
     names = os.listdir(model_dir)
@@ -226,6 +228,7 @@ def test_host_0_alone_writes_the_run_with_both_hosts_positions(data_dir, two_hos
     assert json.loads(results[0])["eval"] == json.loads(results[1])["eval"]
 
 
+@pytest.mark.slow  # two JAX processes: ~30-120 s
 def test_sigterm_to_one_host_stops_both_and_a_rerun_ends_as_the_uninterrupted_run(
         data_dir, two_hosts, tmp_path):
     name = "hosts_stopped"
@@ -245,12 +248,14 @@ def test_sigterm_to_one_host_stops_both_and_a_rerun_ends_as_the_uninterrupted_ru
     assert "another host received SIGTERM" in results[0][1]
     model_dir = _model_dir(data_dir, name)
     assert os.path.exists(os.path.join(model_dir, f"ckpt-{steps[0]}.npz"))
-    logs = _run_hosts(data_dir, name, str(tmp_path), hparams)
+    os.makedirs(tmp_path / "rerun")
+    logs = _run_hosts(data_dir, name, str(tmp_path / "rerun"), hparams)
     for log in logs:
         assert f"restored {model_dir}/ckpt-{steps[0]}.npz" in log, log[-3000:]
         assert fx.final_fingerprint(log) == two_hosts["fingerprints"][0]
 
 
+@pytest.mark.slow  # two JAX processes: ~30-120 s
 def test_hosts_that_see_different_checkpoints_stop_with_one_line(data_dir, two_hosts,
                                                                   tmp_path):
     """Host 1 reads its own copy of the data directory (not shared), holding a checkpoint host
