@@ -54,6 +54,25 @@ class EventWriter:
         self._writer.close()
 
 
+class NullWriter:
+    """What `EventWriter` does, writing nothing: a host other than the run's writer (host 0)."""
+
+    def _add(self, step: int, summary) -> None:
+        pass
+
+    def scalars(self, step: int, values: Dict[str, float]) -> None:
+        pass
+
+    def text(self, tag: str, step: int, body: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def write_scalars(directory: str, step: int, values: Dict[str, float]) -> None:
     """Scalars at `step` into a fresh event file of `directory` (the eval results)."""
     writer = EventWriter(directory)

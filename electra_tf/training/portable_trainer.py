@@ -7,10 +7,11 @@ hparams and run directory:
 
 1. Set up: the distribution (JAX: `keras.distribution.DataParallel` over every local device
    when there are several, so the global batch is split as the TensorFlow path splits it over
-   replicas), the precision ("auto" resolved for this device; no mixed_float16, whose loss
-   scaling this step does not do), vocab and dataset checks, the run directory (config.json,
-   the lock), the model and optimizer, then the start: the latest `ckpt-N.npz`
-   (`portable_checkpoint`) or step 0.
+   replicas; with strategy multi_worker, over every device of several hosts, each reading its
+   part of the global batch: `hosts`), the precision ("auto" resolved for this device; no
+   mixed_float16, whose loss scaling this step does not do), vocab and dataset checks, the run
+   directory (config.json, the lock), the model and optimizer, then the start: the latest
+   `ckpt-N.npz` (`portable_checkpoint`) or step 0.
 2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
    reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
    order); after each chunk the TensorBoard scalars (TensorBoard's own writer:
@@ -20,9 +21,11 @@ hparams and run directory:
 3. Evaluate on the held-out split (`eval_results.txt`, `eval/` scalars).
 
 A checkpoint holds the weights (dropout and sampling seed states included), the optimizer (its
-step counter is the step seed) and the reader's position, so a resumed run equals an
-uninterrupted one bit for bit. The SavedModel export needs TensorFlow: on a machine with it the
-TensorFlow trainer evaluates and exports such a run (do_train false), and the converters read it.
+step counter is the step seed) and the reader's position (every host's, under several hosts),
+so a resumed run equals an uninterrupted one bit for bit. Under several hosts host 0 alone
+writes the run directory and the hosts agree on a stop after every chunk (`hosts`). The
+SavedModel export needs TensorFlow: on a machine with it the TensorFlow trainer evaluates and
+exports such a run (do_train false), and the converters read it.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (dataset_checks, optimization, portable_board,
+from electra_tf.training import (dataset_checks, hosts, optimization, portable_board,
                                  portable_checkpoint, preemption, run_base, run_dir,
                                  summaries)
 from electra_tf.vocab import Vocab
@@ -52,7 +55,7 @@ from electra_tf.vocab import Vocab
 logger = logging.getLogger("electra_tf")
 
 # What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
-STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu"),
+STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
               "torch": ("auto", "one_device")}
 PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
 
@@ -71,19 +74,12 @@ def check_supported(config: PretrainingConfig) -> None:
         raise TrainingError(f"--backend {backend}, but Keras was imported with the {active} "
                             f"backend: set KERAS_BACKEND={backend} before importing keras (the "
                             "tools do)")
-    if backend == "jax":
-        import jax
-
-        if jax.process_count() > 1:
-            raise TrainingError(
-                f"{jax.process_count()} JAX processes: --backend jax trains on the devices of one "
-                "host (all of them); several hosts are not supported yet (docs/keras.md)")
     if config.strategy not in STRATEGIES[backend]:
         raise TrainingError(
             f"strategy={config.strategy!r} with --backend {backend}: not supported (use "
-            f"{' or '.join(STRATEGIES[backend])}; several machines: --backend tensorflow with "
-            "multi_worker)" + ("; PyTorch trains on one device here" if backend == "torch"
-                               else ""))
+            f"{' or '.join(STRATEGIES[backend])}; several machines: --backend jax or "
+            "tensorflow with multi_worker)" + ("; PyTorch trains on one device here"
+                                               if backend == "torch" else ""))
     unsupported = {
         "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
         "two_stage_generator_dir": bool(config.two_stage_generator_dir),
@@ -105,6 +101,17 @@ def local_devices() -> List[str]:
     return keras.distribution.list_devices()
 
 
+def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
+                 run_hosts: hosts.Hosts = hosts.Hosts()) -> BatchReader:
+    """This host's training batches: input pipeline `index` of `count`, `global / count` rows
+    each (one host: the whole global batch), as the TensorFlow worker of that index reads."""
+    return BatchReader(config.pretrain_tfrecords,
+                       batch_size=config.train_batch_size // run_hosts.count,
+                       max_seq_length=config.max_seq_length, is_training=True, seed=seed,
+                       num_input_pipelines=run_hosts.count, input_pipeline_id=run_hosts.index,
+                       record_plan=plan)
+
+
 class PortableTrainer(run_base.LockedRun):
     """Holds the model, optimizer, reader and checkpoints of one run on JAX or PyTorch.
 
@@ -118,7 +125,27 @@ class PortableTrainer(run_base.LockedRun):
 
     def __init__(self, config: PretrainingConfig, overwrite: bool = False):
         check_supported(config)
-        self.devices = local_devices() if config.strategy != "one_device" else []
+        self.hosts = hosts.join(config)
+        self.reader: Optional[BatchReader] = None
+        try:
+            with hosts.all_or_none(self.hosts, "checking the inputs"):
+                self._check(config)
+            with hosts.all_or_none(self.hosts, "preparing the run directory"):
+                if self.hosts.writer:  # one writer of the run directory
+                    self._lock = run_dir.lock(self.config.model_dir,
+                                              training=self.config.do_train)
+                    self._prepare(overwrite)
+            with hosts.all_or_none(self.hosts, "setting up"):
+                self._set_up()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self, config: PretrainingConfig) -> None:
+        if self.hosts.several:
+            self.devices = hosts.global_devices()
+        else:
+            self.devices = local_devices() if config.strategy != "one_device" else []
         facts = precision.detect_keras_backend(config.backend)
         self.precision = precision.choose(config.mixed_precision, allowed=PORTABLE_POLICIES,
                                           facts=facts)
@@ -127,13 +154,6 @@ class PortableTrainer(run_base.LockedRun):
             resolved_mixed_precision_reason=self.precision.reason)
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
-        self._lock = run_dir.lock(config.model_dir, training=config.do_train)
-        self.reader: Optional[BatchReader] = None
-        try:
-            self._set_up(overwrite)
-        except BaseException:
-            self.close()
-            raise
 
     @property
     def num_devices(self) -> int:
@@ -143,7 +163,9 @@ class PortableTrainer(run_base.LockedRun):
         return run_base.check_vocab_and_batches(self.config, self.num_devices,
                                                 "devices data-parallel")
 
-    def _set_up(self, overwrite: bool) -> None:
+    def _prepare(self, overwrite: bool) -> None:
+        """The run directory: removed first with --overwrite, config.json and vocab written or
+        checked, the dataset manifest kept, interrupted writes cleaned (host 0 only)."""
         config = self.config
         if overwrite:
             run_dir.remove_run(config.model_dir)
@@ -154,8 +176,11 @@ class PortableTrainer(run_base.LockedRun):
         if self._lock is not None:
             for leftover in atomic.remove_temporaries(config.model_dir):
                 logger.info("removed %s (a write interrupted before)", leftover)
+
+    def _set_up(self) -> None:
         self._build()
-        self.stop = preemption.HostStop()
+        self.stop = (hosts.HostsStop(self.hosts) if self.hosts.several
+                     else preemption.HostStop())
         self.data_key = self._compute_data_key()
         self.latest: Optional[str] = None
         self.restored_from: Optional[str] = None
@@ -164,8 +189,10 @@ class PortableTrainer(run_base.LockedRun):
     def _build(self) -> None:
         config = self.config
         if len(self.devices) > 1:
-            keras.distribution.set_distribution(
-                keras.distribution.DataParallel(devices=self.devices))
+            # Several hosts: each reader yields its host's part already (`hosts`), which Keras
+            # assembles into the global batch; its auto-sharding is for tf.data only.
+            keras.distribution.set_distribution(keras.distribution.DataParallel(
+                devices=self.devices, auto_shard_dataset=not self.hosts.several))
             logger.info("data-parallel over %d devices: %s", len(self.devices),
                         ", ".join(str(d) for d in self.devices))
         keras.mixed_precision.set_global_policy(self.precision.policy)
@@ -184,6 +211,8 @@ class PortableTrainer(run_base.LockedRun):
         when the saved position belongs to another pipeline)."""
         config = self.config
         found = portable_checkpoint.latest_good(config.model_dir)
+        if self.hosts.several:
+            found = self._same_checkpoint_everywhere(found)
         if found is None and os.path.isdir(os.path.join(config.model_dir,
                                                         run_dir.INIT_CHECKPOINT_DIR)):
             raise TrainingError(
@@ -197,7 +226,8 @@ class PortableTrainer(run_base.LockedRun):
         if found is not None:
             saved = portable_checkpoint.restore(found, self.model, self.optimizer)
             self.latest = self.restored_from = found
-            data_state = saved.data_state if saved.data_key == self.data_key else None
+            data_state = (hosts.host_state(saved.data_state, self.hosts)
+                          if saved.data_key == self.data_key else None)
             if config.do_train and saved.data_state is not None and data_state is None:
                 logger.warning("%s holds no data position for this pipeline (batch size, shards "
                                "or seed changed): the data order restarts, reshuffled for step "
@@ -213,11 +243,25 @@ class PortableTrainer(run_base.LockedRun):
             portable_checkpoint.enforce_retention(config.model_dir,
                                                   config.keep_checkpoint_max or None)
 
+    def _same_checkpoint_everywhere(self, found: Optional[str]) -> Optional[str]:
+        """`found` if every host found the same newest checkpoint (one directory they all
+        read), else a TrainingError on every host."""
+        step = -1 if found is None else int(portable_checkpoint.NAME_PATTERN.match(
+            os.path.basename(found)).group(1))
+        steps = [int(s) for s in hosts.gather_ints(self.hosts, [step + 1])[:, 0] - 1]
+        if len(set(steps)) > 1:
+            seen = ", ".join(f"host {i}: {f'ckpt-{s}.npz' if s >= 0 else 'none'}"
+                             for i, s in enumerate(steps))
+            raise TrainingError(
+                f"the hosts see different checkpoints in {self.config.model_dir} ({seen}): the "
+                "model dir must be one directory every host reads (a shared filesystem); host 0 "
+                "writes it")
+        return found
+
     def _train_reader(self, seed: int) -> BatchReader:
-        config = self.config
-        return BatchReader(config.pretrain_tfrecords, batch_size=config.train_batch_size,
-                           max_seq_length=config.max_seq_length, is_training=True, seed=seed,
-                           record_plan=dataset_checks.record_plan(self.dataset_summaries, "train"))
+        return train_reader(self.config,
+                            dataset_checks.record_plan(self.dataset_summaries, "train"), seed,
+                            self.hosts)
 
     def _compute_data_key(self) -> str:
         """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`):
@@ -231,6 +275,8 @@ class PortableTrainer(run_base.LockedRun):
         plan = dataset_checks.record_plan(self.dataset_summaries, "train")
         key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
                "max_seq_length": config.max_seq_length, "backend": config.backend}
+        if self.hosts.several:  # one reader per host (one host: the key of before)
+            key["input_pipelines"] = self.hosts.count
         if plan is not None:
             key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
         return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
@@ -260,10 +306,12 @@ class PortableTrainer(run_base.LockedRun):
     # --- Training ----------------------------------------------------------------------------------
     def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
         config = self.config
-        writer = portable_board.EventWriter(config.model_dir)
+        writer = (portable_board.EventWriter(config.model_dir) if self.hosts.writer
+                  else portable_board.NullWriter())
         portable_board.write_run_info(writer, config, start_step)
         if start_step == 0:
             self._save()
+        self.stop.agree()  # a SIGTERM during the set-up, on any host
         logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s)",
                     start_step, config.num_train_steps, config.train_batch_size,
                     self.num_devices, config.backend)
@@ -274,6 +322,7 @@ class PortableTrainer(run_base.LockedRun):
                 if self.stop.requested:
                     self._stop_preempted()
                 chunk = self._train_chunk(self._chunk_size(end_step))
+                self.stop.agree()
                 if chunk:
                     scalars = chunk
                     writer.scalars(self.step, scalars)
@@ -304,10 +353,9 @@ class PortableTrainer(run_base.LockedRun):
                 tokens.append(int(batch["input_mask"].sum()))
                 yield (batch,)  # Keras takes tuples from generators: (inputs,)
 
-        stopper = _StopCallback(self.stop)
         t0 = time.time()
         history = self.model.fit(batches(), steps_per_epoch=num_steps, epochs=1, verbose=0,
-                                 shuffle=False, callbacks=[stopper])
+                                 shuffle=False, callbacks=self._stop_callbacks())
         elapsed = time.time() - t0
         done = self.step - step
         # Keras reads ahead of the step it runs: put the reader back after the last trained
@@ -332,16 +380,32 @@ class PortableTrainer(run_base.LockedRun):
         scalars["learning_rate"] = float(keras.ops.convert_to_numpy(
             self.schedule(self.step - 1)))
         scalars["examples_per_second"] = done * self.config.train_batch_size / elapsed
-        scalars["tokens_per_second"] = float(sum(tokens[:done])) / elapsed
+        # Every host's tokens (one collective; several hosts train every chunk whole).
+        all_tokens = hosts.gather_ints(self.hosts, [sum(tokens[:done])]).sum()
+        scalars["tokens_per_second"] = float(all_tokens) / elapsed
         return scalars
 
+    def _stop_callbacks(self) -> list:
+        """Stops `fit()` / `evaluate()` after the batch under way on SIGTERM; none under several
+        hosts, which stop together between chunks (one host leaving a step would leave the others
+        waiting in its collective)."""
+        return [] if self.hosts.several else [_StopCallback(self.stop)]
+
     def _save(self) -> None:
+        """Writes ckpt-<step>.npz (host 0, with every host's reader position)."""
         config = self.config
-        self.latest = portable_checkpoint.save(
-            config.model_dir, self.step, self.model, self.optimizer,
-            self.reader.state() if self.reader is not None else None, self.data_key)
-        portable_checkpoint.enforce_retention(config.model_dir, config.keep_checkpoint_max or None)
-        logger.info("saved checkpoint %s", self.latest)
+        state = self.reader.state() if self.reader is not None else None
+        if self.hosts.several and state is not None:
+            state = {"hosts": hosts.gather_json(self.hosts, state)}
+        path = portable_checkpoint.path_for(config.model_dir, self.step)
+        with hosts.all_or_none(self.hosts, f"saving {os.path.basename(path)}"):
+            if self.hosts.writer:
+                portable_checkpoint.save(config.model_dir, self.step, self.model,
+                                         self.optimizer, state, self.data_key)
+                portable_checkpoint.enforce_retention(config.model_dir,
+                                                      config.keep_checkpoint_max or None)
+                logger.info("saved checkpoint %s", path)
+        self.latest = path
 
     def _stop_preempted(self) -> None:
         if self.latest is None or not self.latest.endswith(f"ckpt-{self.step}.npz"):
@@ -357,22 +421,28 @@ class PortableTrainer(run_base.LockedRun):
         """`num_eval_steps` held-out batches in eval mode; writes `eval_results.txt` and the
         `eval/` scalars (as the TensorFlow trainer)."""
         config = self.config
-        if self.stop.requested:
+        if self.stop.agree():
             raise self.preempted("before the evaluation", "evaluate")
-        reader = BatchReader(config.eval_tfrecords, batch_size=config.eval_batch_size,
+        # Several hosts: each reads its part of the eval batch (as the TensorFlow workers).
+        reader = BatchReader(config.eval_tfrecords,
+                             batch_size=config.eval_batch_size // self.hosts.count,
                              max_seq_length=config.max_seq_length, is_training=False,
+                             num_input_pipelines=self.hosts.count,
+                             input_pipeline_id=self.hosts.index,
                              record_plan=dataset_checks.record_plan(self.dataset_summaries, "eval"))
-        stopper = _StopCallback(self.stop)
         with reader, self.stop:
-            logs = self.model.evaluate(((batch,) for batch in reader), steps=config.num_eval_steps, verbose=0,
-                                       return_dict=True, callbacks=[stopper])
-        if self.stop.requested:
+            logs = self.model.evaluate(((batch,) for batch in reader),
+                                       steps=config.num_eval_steps, verbose=0, return_dict=True,
+                                       callbacks=self._stop_callbacks())
+        if self.stop.agree():
             raise self.preempted("during the evaluation", "evaluate (no eval results were "
                                                           "written)")
         results = {k: float(v) for k, v in logs.items()}
         results["global_step"] = self.step
-        summaries.write_eval_results(config.model_dir, self.step, results,
-                                     event_writer=portable_board.write_scalars)
+        with hosts.all_or_none(self.hosts, "writing the eval results"):
+            if self.hosts.writer:
+                summaries.write_eval_results(config.model_dir, self.step, results,
+                                             event_writer=portable_board.write_scalars)
         return results
 
 

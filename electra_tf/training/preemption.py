@@ -148,6 +148,11 @@ class HostStop(_WatchedStop):
 
     received = requested
 
+    def agree(self) -> bool:
+        """Whether to stop now. One process decides alone; several JAX hosts agree
+        (`hosts.HostsStop`)."""
+        return self.requested
+
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
