@@ -34,6 +34,10 @@ BACKENDS = ("tensorflow", "jax", "torch")
 # "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
+# How generator and discriminator share the embedding block: "tied" (official: the same
+# variables) | "gdes" (gradient-disentangled, DeBERTaV3: the discriminator reads
+# stop_gradient(block) + its own zero-initialised deltas; modeling.embeddings).
+EMBEDDING_SHARINGS = ("tied", "gdes")
 # TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
 # call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
 MAX_INT32 = 2**31 - 1
@@ -239,6 +243,9 @@ class PretrainingConfig:
     uniform_generator: bool = False  # sample replacements uniformly (no generator network)
     two_tower_generator: bool = False  # Electric's cloze generator (not supported)
     untied_generator_embeddings: bool = False  # True = generator has its own embedding block
+    # With shared embeddings: tied (official) | gdes (DeBERTaV3's gradient-disentangled sharing:
+    # the RTD loss does not update the shared block; the discriminator learns deltas on it)
+    embedding_sharing: str = "tied"
     untied_generator: bool = True  # False = full-size generator sharing all discriminator weights
     generator_layers: float = 1.0  # generator depth as a fraction of the discriminator's
     generator_hidden_size: float = 0.25  # generator width as a fraction of the discriminator's
@@ -361,6 +368,18 @@ class PretrainingConfig:
                           f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
         for key, value in self.model_hparam_overrides.items():
             coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
+        need(self.embedding_sharing in EMBEDDING_SHARINGS,
+             f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARINGS)}, got "
+             f"{self.embedding_sharing!r}")
+        if self.embedding_sharing == "gdes":
+            need(not self.two_stage_generator_dir,
+                 "embedding_sharing=gdes with two_stage_generator_dir: stage 2's generator is "
+                 "frozen with embeddings of its own, there is no shared block to disentangle")
+            need(self.electra_objective and self.untied_generator and not self.uniform_generator
+                 and not self.untied_generator_embeddings,
+                 "embedding_sharing=gdes disentangles the embedding block a generator network "
+                 "shares with the discriminator: needs electra_objective and untied_generator "
+                 "true, uniform_generator and untied_generator_embeddings false")
         if self.two_stage_generator_dir:
             need(self.electra_objective and self.untied_generator and self.untied_generator_embeddings
                  and self.generator_hidden_size == 1.0 and self.generator_layers == 1.0
