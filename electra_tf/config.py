@@ -201,6 +201,10 @@ class PretrainingConfig:
     lr_decay_power: float = 1.0  # polynomial decay power (1 = linear)
     weight_decay_rate: float = 0.01
     num_warmup_steps: int = 10000
+    # Generator and discriminator each updated by an optimizer of their own, with its own
+    # learning rate and gradient clip (Dong et al., ICML 2023; DeBERTa's --decoupled_training)
+    decoupled_optimizers: bool = False
+    generator_learning_rate: Optional[float] = None  # decoupled_optimizers: null = learning_rate
 
     # --- Training loop ---
     iterations_per_loop: int = 200  # steps per compiled call
@@ -380,6 +384,16 @@ class PretrainingConfig:
                  "embedding_sharing=gdes disentangles the embedding block a generator network "
                  "shares with the discriminator: needs electra_objective and untied_generator "
                  "true, uniform_generator and untied_generator_embeddings false")
+        need(self.generator_learning_rate is None or self.decoupled_optimizers,
+             "generator_learning_rate is the generator optimizer's: needs decoupled_optimizers "
+             "true (without it one optimizer updates both networks at learning_rate)")
+        if self.decoupled_optimizers:
+            need(not self.two_stage_generator_dir,
+                 "decoupled_optimizers with two_stage_generator_dir: stage 2's generator is "
+                 "frozen, only the discriminator has an optimizer")
+            need(self.electra_objective and self.untied_generator and not self.uniform_generator,
+                 "decoupled_optimizers gives the generator network an optimizer of its own: needs "
+                 "electra_objective and untied_generator true and uniform_generator false")
         if self.two_stage_generator_dir:
             need(self.electra_objective and self.untied_generator and self.untied_generator_embeddings
                  and self.generator_hidden_size == 1.0 and self.generator_layers == 1.0
@@ -426,6 +440,8 @@ class PretrainingConfig:
         need(self.max_skipped_nonfinite_steps >= 0,
              f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
         need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
+        need(self.generator_learning_rate is None or self.generator_learning_rate >= 0.0,
+             f"generator_learning_rate must be >= 0, got {self.generator_learning_rate}")
         need(self.weight_decay_rate >= 0.0,
              f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
         need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")

@@ -276,6 +276,22 @@ class ElectraPretrainer(keras.Model):
             return self.discriminator  # a custom encoder (never GDES)
         return self.discriminator.with_merged_embeddings()
 
+    def generator_variables(self) -> list:
+        """The trainable variables the generator's optimizer updates (`decoupled_optimizers`).
+
+        The generator encoder and its MLM head; the shared embedding block too under GDES, where
+        the generator's loss alone updates it. Tied (official sharing), the block belongs to the
+        discriminator's side, as its variables do (`electra/embeddings`): both losses update it.
+        Everything else (the discriminator, its head, the GDES deltas) is the discriminator's.
+        """
+        if self.generator is None or self.generator_head is None:
+            return []
+        variables = list(self.generator.trainable_variables) + list(self.generator_head.trainable_variables)
+        if self.embedding_sharing != "gdes" and not self.untied_generator_embeddings:
+            block = {id(v) for v in self.shared_embeddings.trainable_variables}
+            variables = [v for v in variables if id(v) not in block]
+        return variables
+
     @property
     def mlm_encoder(self) -> ElectraEncoder:
         """The encoder the masked LM runs on (generator, or the discriminator when tied/MLM-only)."""
@@ -348,7 +364,10 @@ class ElectraPretrainer(keras.Model):
                 `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
                 under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
                 Gradients are summed over replicas and clipped at global norm 1.0 before it
-                (official). On JAX and PyTorch the step is `training.portable_fit`'s.
+                (official). On JAX and PyTorch the step is `training.portable_fit`'s. A
+                decoupled optimizer (one with a `generator_learning_rate`,
+                `decoupled_optimizers`) is given `generator_variables()` as its generator side
+                unless it has them already.
             gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
                 update of the whole batch (`training.accumulation`); its size must divide.
             jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
