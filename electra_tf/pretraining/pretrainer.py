@@ -257,7 +257,8 @@ class ElectraPretrainer(keras.Model):
             electra_objective=config.electra_objective,
             uniform_generator=config.uniform_generator, untied_generator=config.untied_generator,
             untied_generator_embeddings=config.untied_generator_embeddings,
-            embedding_sharing=config.embedding_sharing, disallow_correct=config.disallow_correct, temperature=config.temperature,
+            embedding_sharing=config.embedding_sharing,
+            disallow_correct=config.disallow_correct, temperature=config.temperature,
             gen_weight=config.gen_weight, disc_weight=config.disc_weight,
             mask_with_replacement=config.mask_with_replacement,
             whole_word_masking=config.whole_word_masking, seed=config.seed, **kwargs)

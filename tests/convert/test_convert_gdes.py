@@ -46,7 +46,8 @@ def test_official_layout_holds_the_merged_discriminator_block_and_the_generators
         np.testing.assert_array_equal(official[f"generator/embeddings/{name}"], shared.numpy())
         np.testing.assert_allclose(official[f"electra/embeddings/{name}"],
                                    shared.numpy() + delta, rtol=0, atol=1e-7)
-        np.testing.assert_allclose(official[f"electra/embeddings/{name}"], weights[f"electra/embeddings/{name}"],
+        np.testing.assert_allclose(official[f"electra/embeddings/{name}"],
+                                   weights[f"electra/embeddings/{name}"],
                                    rtol=0, atol=1e-6)  # (merged - shared) + shared: one rounding
 
 
@@ -114,7 +115,8 @@ def test_saved_model_and_fine_tuning_start_from_the_merged_discriminator(gdes_ru
     assert cf.max_abs_diff(seq, served["sequence_output"]) <= TOLERANCE
     # Fine-tuning reads the SavedModel's variables into a plain (tied-layout) encoder.
     encoder = ElectraEncoder.from_model_config(get_bert_config(loaded.config), name="electra")
-    status = tf.train.Checkpoint(encoder=encoder).read(os.path.join(paths["discriminator"], "variables", "variables"))
+    variables = os.path.join(paths["discriminator"], "variables", "variables")
+    status = tf.train.Checkpoint(encoder=encoder).read(variables)
     status.expect_partial().assert_existing_objects_matched()
     inputs = {"input_ids": tf.constant(ids), "input_mask": tf.constant(mask), "segment_ids": tf.constant(seg)}
     assert cf.max_abs_diff(seq, encoder(inputs, training=False)["sequence_output"]) <= TOLERANCE

@@ -1,11 +1,18 @@
 """Objective variants in the trainers (issue 34): a GDES run and a decoupled-optimizer run each
 resume bit for bit (the two-halves check of test_trainer.py), and train as documented."""
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
+from electra_tf.config import ConfigError
+from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training import optimization
 from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.optimizers import AdamWeightDecay
 from tests import pretraining_fixtures as fx
+from tests.pretraining.test_pretrainer import SEQ, SPECIAL, batch, tiny_config
 from tests.training.test_trainer import _state
 
 pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
@@ -45,27 +52,15 @@ def test_gdes_run_resumes_exactly_and_learns_its_deltas(data_dir):
 
 # --- decoupled_optimizers -------------------------------------------------------------------------
 def _decoupled_model_and_config(**hparams):
-    import keras
-
-    from electra_tf.config import PretrainingConfig
-    from tests.pretraining.test_pretrainer import SPECIAL, SEQ, tiny_config
-
     config = tiny_config(decoupled_optimizers=True, num_warmup_steps=0, num_train_steps=10,
                          learning_rate=1e-3, **hparams)
-    assert isinstance(config, PretrainingConfig)
     keras.utils.set_random_seed(1)
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
-
     model = ElectraPretrainer.from_pretraining_config(config, SPECIAL)
     model.build_from_sequence_length(SEQ)
     return config, model
 
 
 def _gradients(model, step):
-    import tensorflow as tf
-
-    from tests.pretraining.test_pretrainer import batch
-
     with tf.GradientTape() as tape:
         loss = model(batch(seed=step), seed=tf.constant([5, step]), training=True)["total_loss"]
     return tape.gradient(loss, model.trainable_variables)
@@ -75,11 +70,6 @@ def _gradients(model, step):
 def test_decoupled_optimizers_are_two_optimizers_with_their_own_rates_slots_and_clips(sharing):
     """Two steps of the decoupled optimizer equal two steps of two separate AdamW optimizers,
     one per side (own schedule, own slots, own global-norm clip), on a copy of the model."""
-    import tensorflow as tf
-
-    from electra_tf.training import optimization
-    from electra_tf.training.optimizers import AdamWeightDecay
-
     config, model = _decoupled_model_and_config(generator_learning_rate=3e-4,
                                                 embedding_sharing=sharing)
     _, twin = _decoupled_model_and_config(generator_learning_rate=3e-4, embedding_sharing=sharing)
@@ -116,14 +106,11 @@ def test_decoupled_optimizers_are_two_optimizers_with_their_own_rates_slots_and_
     np.testing.assert_allclose(optimizer.get_slot(generator_kernel, "adam_m").numpy(),
                                sides["generator"][0].get_slot(twin_kernel, "adam_m").numpy(),
                                rtol=1e-6, atol=1e-9)
-    assert float(optimizer._side_learning_rate(schedule(0), optimizer._get_variable_index(generator_kernel))) \
-        == pytest.approx(3e-4 * (1 - 2 / 10))
-    del tf
+    index = optimizer._get_variable_index(generator_kernel)
+    assert float(optimizer._side_learning_rate(schedule(0), index)) == pytest.approx(3e-4 * (1 - 2 / 10))
 
 
 def test_decoupled_generator_rate_zero_freezes_only_the_generator():
-    from electra_tf.training import optimization
-
     config, model = _decoupled_model_and_config(generator_learning_rate=0.0)
     optimizer, _ = optimization.create_optimizer(config, generator_variables=model.generator_variables())
     optimizer.build(model.trainable_variables)
@@ -149,9 +136,6 @@ def test_decoupled_generator_rate_zero_freezes_only_the_generator():
     ({"decoupled_optimizers": True, "generator_learning_rate": -1.0}, "generator_learning_rate"),
 ])
 def test_decoupled_nonsensical_combinations_are_one_line_errors(hparams, named):
-    from electra_tf.config import ConfigError
-    from tests.pretraining.test_pretrainer import tiny_config
-
     with pytest.raises(ConfigError) as error:
         tiny_config(**hparams)
     message = str(error.value)
