@@ -34,6 +34,10 @@ BACKENDS = ("tensorflow", "jax", "torch")
 # "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")
+# How generator and discriminator share the embedding block: "tied" (official: the same
+# variables) | "gdes" (gradient-disentangled, DeBERTaV3: the discriminator reads
+# stop_gradient(block) + its own zero-initialised deltas; modeling.embeddings).
+EMBEDDING_SHARINGS = ("tied", "gdes")
 # TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
 # call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
 MAX_INT32 = 2**31 - 1
@@ -197,6 +201,10 @@ class PretrainingConfig:
     lr_decay_power: float = 1.0  # polynomial decay power (1 = linear)
     weight_decay_rate: float = 0.01
     num_warmup_steps: int = 10000
+    # Generator and discriminator each updated by an optimizer of their own, with its own
+    # learning rate and gradient clip (Dong et al., ICML 2023; DeBERTa's --decoupled_training)
+    decoupled_optimizers: bool = False
+    generator_learning_rate: Optional[float] = None  # decoupled_optimizers: null = learning_rate
 
     # --- Training loop ---
     iterations_per_loop: int = 200  # steps per compiled call
@@ -239,6 +247,9 @@ class PretrainingConfig:
     uniform_generator: bool = False  # sample replacements uniformly (no generator network)
     two_tower_generator: bool = False  # Electric's cloze generator (not supported)
     untied_generator_embeddings: bool = False  # True = generator has its own embedding block
+    # With shared embeddings: tied (official) | gdes (DeBERTaV3's gradient-disentangled sharing:
+    # the RTD loss does not update the shared block; the discriminator learns deltas on it)
+    embedding_sharing: str = "tied"
     untied_generator: bool = True  # False = full-size generator sharing all discriminator weights
     generator_layers: float = 1.0  # generator depth as a fraction of the discriminator's
     generator_hidden_size: float = 0.25  # generator width as a fraction of the discriminator's
@@ -361,6 +372,28 @@ class PretrainingConfig:
                           f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
         for key, value in self.model_hparam_overrides.items():
             coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
+        need(self.embedding_sharing in EMBEDDING_SHARINGS,
+             f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARINGS)}, got "
+             f"{self.embedding_sharing!r}")
+        if self.embedding_sharing == "gdes":
+            need(not self.two_stage_generator_dir,
+                 "embedding_sharing=gdes with two_stage_generator_dir: stage 2's generator is "
+                 "frozen with embeddings of its own, there is no shared block to disentangle")
+            need(self.electra_objective and self.untied_generator and not self.uniform_generator
+                 and not self.untied_generator_embeddings,
+                 "embedding_sharing=gdes disentangles the embedding block a generator network "
+                 "shares with the discriminator: needs electra_objective and untied_generator "
+                 "true, uniform_generator and untied_generator_embeddings false")
+        need(self.generator_learning_rate is None or self.decoupled_optimizers,
+             "generator_learning_rate is the generator optimizer's: needs decoupled_optimizers "
+             "true (without it one optimizer updates both networks at learning_rate)")
+        if self.decoupled_optimizers:
+            need(not self.two_stage_generator_dir,
+                 "decoupled_optimizers with two_stage_generator_dir: stage 2's generator is "
+                 "frozen, only the discriminator has an optimizer")
+            need(self.electra_objective and self.untied_generator and not self.uniform_generator,
+                 "decoupled_optimizers gives the generator network an optimizer of its own: needs "
+                 "electra_objective and untied_generator true and uniform_generator false")
         if self.two_stage_generator_dir:
             need(self.electra_objective and self.untied_generator and self.untied_generator_embeddings
                  and self.generator_hidden_size == 1.0 and self.generator_layers == 1.0
@@ -407,6 +440,8 @@ class PretrainingConfig:
         need(self.max_skipped_nonfinite_steps >= 0,
              f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
         need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
+        need(self.generator_learning_rate is None or self.generator_learning_rate >= 0.0,
+             f"generator_learning_rate must be >= 0, got {self.generator_learning_rate}")
         need(self.weight_decay_rate >= 0.0,
              f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
         need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")

@@ -127,6 +127,10 @@ def disc_head_forward_flops(hidden: int, seq: int) -> float:
 def flops_per_sequence(kind: str, disc, gen, seq: int, predictions: int, vocab: int) -> float:
     """Training FLOPs per sequence (backward = 2 x forward, so a trained part costs 3 x forward).
 
+    The objective variants of issue 34 leave this count as it is: `embedding_sharing` "gdes" adds
+    elementwise additions of the deltas to the embedding tables and `decoupled_optimizers` a
+    second learning rate and clip, no matmul.
+
     kind: "electra" (generator and discriminator trained), "mlm" (one model, MLM head),
     "two_stage_2" (frozen generator: forward only; discriminator trained).
     """

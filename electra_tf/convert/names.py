@@ -30,7 +30,10 @@ Both layouts store dense kernels as [in, out]; the attention tensors differ only
 (keras-hub splits the head axis out), never by a transpose. The generator reads the discriminator's
 embedding block (`electra/embeddings/*`), as official; with `untied_generator_embeddings` it owns
 `generator/embeddings/*`, and with `untied_generator=false` (or MLM-only) there is no generator
-encoder: the MLM head runs on `electra/*`.
+encoder: the MLM head runs on `electra/*`. With `embedding_sharing` "gdes" (DeBERTaV3) the
+discriminator's `electra/embeddings/*` are the merged tables it computes with (shared block +
+delta), and the generator's block, which it reads without deltas, is `generator/embeddings/*`
+(the layout of untied generator embeddings, at the shared width E).
 
 Checkpoint entries that are not weights: `global_step` and the optimizer slots `<var>/adam_m`,
 `<var>/adam_v` (spec 5.9).
@@ -162,24 +165,40 @@ class Entry(NamedTuple):
         variable: the Keras variable.
         official_shape: tuple of int, the shape in the official checkpoint.
         part: str, one of `PARTS`.
+        delta: the GDES delta added to `variable` (the discriminator's embedding block under
+            `embedding_sharing` "gdes": its official value is variable + delta), or None.
     """
 
     official_name: str
     variable: object
     official_shape: tuple
     part: str
+    delta: object = None
+
+    def value(self) -> np.ndarray:
+        """The float32 value in the model's shape (variable + delta under GDES)."""
+        value = np.asarray(self.variable.numpy(), np.float32)
+        if self.delta is not None:
+            value = value + np.asarray(self.delta.numpy(), np.float32)
+        return value
+
+
+_EMBEDDING_NAMES = ("word_embeddings", "token_type_embeddings", "position_embeddings",
+                    "LayerNorm/gamma", "LayerNorm/beta")  # embeddings.block_variables order
 
 
 def _embedding_entries(embeddings, scope: str) -> List[Entry]:
+    """The block's entries; a GDES `DisentangledEmbeddings` gives the merged block (shared +
+    delta): the discriminator's embeddings are what it computes with."""
+    from electra_tf.modeling.embeddings import DisentangledEmbeddings, block_variables
+
     prefix = f"{scope}/embeddings"
-    pairs = (
-        ("word_embeddings", embeddings.word_embeddings.embeddings),
-        ("token_type_embeddings", embeddings.token_type_embeddings.embeddings),
-        ("position_embeddings", embeddings.position_embeddings.position_embeddings),
-        ("LayerNorm/gamma", embeddings.layer_norm.gamma),
-        ("LayerNorm/beta", embeddings.layer_norm.beta),
-    )
-    return [Entry(f"{prefix}/{name}", var, _same(var.shape), scope) for name, var in pairs]
+    if isinstance(embeddings, DisentangledEmbeddings):
+        return [Entry(f"{prefix}/{name}", var, _same(var.shape), scope, delta)
+                for name, var, delta in zip(_EMBEDDING_NAMES, embeddings.shared_variables(),
+                                            embeddings.deltas())]
+    return [Entry(f"{prefix}/{name}", var, _same(var.shape), scope)
+            for name, var in zip(_EMBEDDING_NAMES, block_variables(embeddings))]
 
 
 def encoder_entries(encoder, scope: str = DISCRIMINATOR_SCOPE, with_embeddings: bool = True) -> List[Entry]:
@@ -247,8 +266,7 @@ def official_shapes(model) -> Dict[str, tuple]:
 
 def get_official_weights(model) -> Dict[str, np.ndarray]:
     """The model's weights as float32 arrays in the official layout (names and shapes)."""
-    return {e.official_name: np.asarray(e.variable.numpy(), np.float32).reshape(e.official_shape)
-            for e in pretrainer_entries(model)}
+    return {e.official_name: e.value().reshape(e.official_shape) for e in pretrainer_entries(model)}
 
 
 def check_dtype(name: str, dtype) -> None:
@@ -291,7 +309,11 @@ def assign_official_weights(model, weights: Mapping[str, np.ndarray],
         check_dtype(entry.official_name, value.dtype)
         values.append(value.astype(np.float32).reshape(entry.variable.shape))
     for entry, value in zip(entries, values):
-        entry.variable.assign(value)
+        if entry.delta is None:
+            entry.variable.assign(value)
+    for entry, value in zip(entries, values):  # GDES: delta = merged - shared, once it is set
+        if entry.delta is not None:
+            entry.delta.assign(value - np.asarray(entry.variable.numpy(), np.float32))
     return [e.official_name for e in entries]
 
 

@@ -121,7 +121,7 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
         loaded = run_dir.load_run(model_dir, checkpoint)
     except TrainingError as e:
         raise PretrainedError(f"init_checkpoint {path}: {e}") from None
-    encoder = loaded.model.discriminator
+    encoder = loaded.model.exported_discriminator()  # GDES: its merged embeddings
     if not isinstance(encoder, ElectraEncoder):
         raise PretrainedError(f"init_checkpoint {path}: the discriminator is a "
                               f"{type(encoder).__name__}, not an ElectraEncoder")

@@ -181,3 +181,114 @@ class ElectraEmbeddings(keras.layers.Layer):
             "initializer_range": self.initializer_range,
         })
         return config
+
+
+# Gradient-disentangled embedding sharing (DeBERTaV3, He et al., ICLR 2023): the variables of the
+# shared block the discriminator reads as stop_gradient(shared) + delta, in the block's order.
+DELTA_NAMES = ("word_delta", "token_type_delta", "position_delta", "gamma_delta", "beta_delta")
+
+
+def block_variables(block: ElectraEmbeddings) -> tuple:
+    """A block's variables in `DELTA_NAMES` order: word [V, E], token type [T, E], position
+    [P, E], LayerNorm gamma [E] and beta [E]."""
+    return (block.word_embeddings.embeddings, block.token_type_embeddings.embeddings,
+            block.position_embeddings.position_embeddings, block.layer_norm.gamma,
+            block.layer_norm.beta)
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class DisentangledEmbeddings(keras.layers.Layer):
+    """The discriminator's view of a shared `ElectraEmbeddings` under GDES (`embedding_sharing`
+    "gdes"): every variable of the block is read as `stop_gradient(shared) + delta`.
+
+    DeBERTaV3's gradient-disentangled embedding sharing (He et al., ICLR 2023; microsoft/DeBERTa
+    `apps/tasks/rtd_task.py`, `register_discriminator_fw_hook`): the discriminator's loss has no
+    gradient into the shared block, which only the generator's masked-LM loss updates; the
+    discriminator learns its own zero-initialised `delta`s instead, so at initialisation it
+    computes exactly what the tied (official) model computes. DeBERTa shares only the word and
+    position tables (its type table and embedding LayerNorm were never shared); ELECTRA shares the
+    whole block, so here all five of its variables (three tables, LayerNorm gamma and beta) are
+    disentangled, and no gradient of the RTD loss reaches any variable the generator reads.
+
+    The LayerNorm and dropout compute as in `ElectraEmbeddings.call`, with the block's dropout
+    layer (the same seed generator: the same masks as the tied model's second call of the block).
+
+    Args:
+        shared: the `ElectraEmbeddings` block the generator reads (built).
+        **kwargs: forwarded to `keras.layers.Layer` (`name`, `dtype`, ...).
+
+    Call arguments and returns: as `ElectraEmbeddings` ([batch_size, seq_length] ids ->
+    [batch_size, seq_length, embedding_size]).
+
+    Attributes:
+        shared: the block. word_delta [V, E], token_type_delta [T, E], position_delta [P, E],
+        gamma_delta [E], beta_delta [E]: the discriminator's deltas (float32, zeros at start).
+    """
+
+    def __init__(self, shared: ElectraEmbeddings, **kwargs):
+        # No autocast: the block's variables and the deltas are read and added in float32 (as
+        # the block's own Embedding and LayerNorm read theirs), then cast once.
+        kwargs.setdefault("autocast", False)
+        super().__init__(**kwargs)
+        if not isinstance(shared, ElectraEmbeddings):
+            raise TypeError(f"{self.name}: shared must be an ElectraEmbeddings, got "
+                            f"{type(shared).__name__}")
+        self.shared = shared
+        # The encoder reads these to check its sizes (as for a shared block).
+        for key in ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size"):
+            setattr(self, key, getattr(shared, key))
+
+    def build(self, input_ids_shape=None, segment_ids_shape=None):
+        if not self.shared.built:
+            self.shared.build()
+        for name, variable in zip(DELTA_NAMES, self.shared_variables()):
+            setattr(self, name, self.add_weight(shape=tuple(variable.shape), initializer="zeros",
+                                                dtype=variable.dtype, autocast=False, name=name))
+
+    def shared_variables(self) -> tuple:
+        """The shared block's variables (`block_variables`)."""
+        return block_variables(self.shared)
+
+    def deltas(self) -> tuple:
+        """The deltas, in `DELTA_NAMES` order."""
+        return tuple(getattr(self, name) for name in DELTA_NAMES)
+
+    def merged(self) -> tuple:
+        """The discriminator's tables, stop_gradient(shared) + delta, float32, in `DELTA_NAMES`
+        order (what exports and converters write as the discriminator's embedding block)."""
+        return tuple(ops.stop_gradient(ops.convert_to_tensor(variable)) + ops.convert_to_tensor(delta)
+                     for variable, delta in zip(self.shared_variables(), self.deltas()))
+
+    def call(self, input_ids, segment_ids, training=None):
+        block = self.shared
+        seq_length = input_ids.shape[1]
+        if seq_length is not None and seq_length > block.max_position_embeddings:
+            raise ValueError(
+                f"{self.name}: sequence length {seq_length} exceeds max_position_embeddings "
+                f"{block.max_position_embeddings}")
+        word, token_type, position, gamma, beta = self.merged()
+        dtype = self.compute_dtype
+        # As keras' Embedding and keras-hub's PositionEmbedding: gather, then cast.
+        words = ops.cast(ops.take(word, ops.cast(input_ids, "int32"), axis=0), dtype)  # [B, L, E]
+        types = ops.cast(ops.take(token_type, ops.cast(segment_ids, "int32"), axis=0), dtype)
+        positions = ops.cast(position[: ops.shape(words)[1]], dtype)[None]  # [1, L, E]
+        out = words + types + positions
+        gamma, beta = ops.cast(gamma, "float32"), ops.cast(beta, "float32")
+        epsilon = block.layer_norm.epsilon
+        if not kernel_settings.use_tensorflow_kernels():
+            return ops_kernels.norm_dropout(
+                out, gamma, beta, epsilon,
+                ops_kernels.draw(block.dropout, ops.shape(out), out.dtype, training))
+        tf, fused = kernel_settings.tensorflow_kernels()
+        if kernel_settings.use_xla(training):
+            return fused.norm_dropout(out, gamma, beta, epsilon,
+                                      fused.draw_noise(block.dropout, tf.shape(out), out.dtype,
+                                                       bool(training)))
+        # keras' LayerNormalization computes ops.layer_normalization, then casts.
+        normed = ops.cast(ops.layer_normalization(out, gamma, beta, -1, epsilon), dtype)
+        if kernel_settings.DROPOUT_RNG != "philox":
+            return fused.dropout(normed, block.dropout, bool(training))
+        return block.dropout(normed, training=training)
+
+    def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):
+        return tuple(input_ids_shape) + (self.embedding_size,)

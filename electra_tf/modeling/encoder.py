@@ -59,7 +59,7 @@ so it does not match; this encoder has no pooler (pooled_output = sequence_outpu
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import keras
 import keras_hub
@@ -68,7 +68,9 @@ from keras import ops
 from electra_tf.modeling import kernel_settings, ops_kernels
 from electra_tf.modeling.embeddings import (
     LAYER_NORM_EPSILON,
+    DisentangledEmbeddings,
     ElectraEmbeddings,
+    block_variables,
     get_activation,
     truncated_normal,
 )
@@ -364,6 +366,8 @@ class ElectraEncoder(keras.layers.Layer):
             discriminator's `encoder.embeddings`: same variables, official embedding sharing).
             It must have the same vocab_size, embedding_size, max_position_embeddings and
             type_vocab_size. None builds a new block. `embeddings_project` is never shared.
+            A `DisentangledEmbeddings` (GDES, `embedding_sharing` "gdes") reads its block
+            through zero-initialised deltas: the discriminator under GDES.
         **kwargs: forwarded to `keras.layers.Layer`. `name` defaults to "electra", the official
             scope (the generator should pass name="generator").
 
@@ -387,7 +391,8 @@ class ElectraEncoder(keras.layers.Layer):
                  embedding_size: Optional[int] = None, hidden_act: str = "gelu",
                  hidden_dropout_prob: float = 0.1, attention_probs_dropout_prob: float = 0.1,
                  max_position_embeddings: int = 512, type_vocab_size: int = 2,
-                 initializer_range: float = 0.02, embeddings: Optional[ElectraEmbeddings] = None,
+                 initializer_range: float = 0.02,
+                 embeddings: Optional[Union[ElectraEmbeddings, DisentangledEmbeddings]] = None,
                  **kwargs):
         kwargs.setdefault("name", "electra")
         super().__init__(**kwargs)
@@ -445,9 +450,9 @@ class ElectraEncoder(keras.layers.Layer):
         return [getattr(self, f"layer_{i}") for i in range(self.num_hidden_layers)]
 
     def _check_shared_embeddings(self, embeddings):
-        if not isinstance(embeddings, ElectraEmbeddings):
-            raise TypeError(f"{self.name}: embeddings must be an ElectraEmbeddings, "
-                            f"got {type(embeddings).__name__}")
+        if not isinstance(embeddings, (ElectraEmbeddings, DisentangledEmbeddings)):
+            raise TypeError(f"{self.name}: embeddings must be an ElectraEmbeddings or a "
+                            f"DisentangledEmbeddings, got {type(embeddings).__name__}")
         for key in ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size"):
             mine, theirs = getattr(self, key), getattr(embeddings, key)
             if mine != theirs:
@@ -466,10 +471,32 @@ class ElectraEncoder(keras.layers.Layer):
         """
         return cls(**model_config.to_dict(), embeddings=embeddings, **kwargs)
 
+    def with_merged_embeddings(self) -> "ElectraEncoder":
+        """This encoder with an embedding block of its own: what exports and fine-tuning take.
+
+        Returns:
+            `self`, unless its embeddings are a `DisentangledEmbeddings` (GDES); then a new
+            encoder of the same sizes, name and dtype policy whose block holds the merged tables
+            stop_gradient(shared) + delta and whose other weights are copies of this one's (it
+            computes the same outputs, with the variables of a tied discriminator).
+        """
+        if not isinstance(self.embeddings, DisentangledEmbeddings):
+            return self
+        plain = ElectraEncoder.from_config(self.get_config())
+        for target, value in zip(block_variables(plain.embeddings), self.embeddings.merged()):
+            target.assign(value)
+        for target, source in zip(_own_weights(plain), _own_weights(self)):
+            target.assign(source)
+        return plain
+
     def build(self, inputs_shape=None):
         # Every shape follows from the constructor arguments; building here (not lazily) lets a
         # generator share the variables, and checkpoints restore, before any forward pass. A
-        # shared block is already built, under the path of the encoder that created it.
+        # shared block is already built, under the path of the encoder that created it. A GDES
+        # block is built first, so its variables keep the paths of a tied one ({name}/embeddings).
+        shared = getattr(self.embeddings, "shared", None)
+        if shared is not None and not shared.built:
+            shared.build()
         if not self.embeddings.built:
             self.embeddings.build()
         if self.embeddings_project is not None and not self.embeddings_project.built:
@@ -513,3 +540,9 @@ class ElectraEncoder(keras.layers.Layer):
             "initializer_range": self.initializer_range,
         })
         return config
+
+
+def _own_weights(encoder: ElectraEncoder) -> list:
+    """An encoder's weights outside its embedding block: projection, then blocks in order."""
+    layers = ([encoder.embeddings_project] if encoder.embeddings_project is not None else [])
+    return [w for layer in layers + encoder.encoder_layers for w in layer.weights]

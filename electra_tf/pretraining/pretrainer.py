@@ -9,7 +9,9 @@ This mirrors `PretrainingModel.__init__` of the official `run_pretraining.py` to
 5. total = gen_weight * MLM + disc_weight * RTD (float32 even under a mixed-precision policy).
 
 Generator and discriminator share the whole embedding block (the same `ElectraEmbeddings` object),
-and the generator's MLM head is tied to the shared word-embedding table.
+and the generator's MLM head is tied to the shared word-embedding table. With `embedding_sharing`
+"gdes" (DeBERTaV3) the discriminator reads the block as stop_gradient(block) + its own deltas
+(`DisentangledEmbeddings`), so only the generator's loss updates the block.
 
 Randomness comes from an explicit `seed` (a [2] int tensor, normally derived from the global step)
 expanded into per-example seeds keyed by each example's index in the global batch, so the masks and
@@ -26,7 +28,7 @@ from keras import ops
 
 from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
-from electra_tf.modeling.embeddings import ElectraEmbeddings
+from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
@@ -64,6 +66,11 @@ class ElectraPretrainer(keras.Model):
             transformer weights shared).
         untied_generator_embeddings: bool. Give the generator its own embedding block instead of
             sharing the discriminator's.
+        embedding_sharing: str. How a shared block is shared: "tied" (official, the same
+            variables) or "gdes" (DeBERTaV3's gradient-disentangled sharing: the discriminator
+            reads stop_gradient(block) + zero-initialised deltas, `DisentangledEmbeddings`; the
+            block is updated by the generator's loss alone). "gdes" needs the official
+            generator network sharing the block (no custom encoders).
         disallow_correct: bool. Never sample the original token.
         temperature: float. Generator sampling temperature.
         gen_weight: float. Weight of the MLM loss.
@@ -116,7 +123,7 @@ class ElectraPretrainer(keras.Model):
                  mask_prob: float = 0.15, max_predictions_per_seq: int = 19,
                  electra_objective: bool = True, uniform_generator: bool = False,
                  untied_generator: bool = True, untied_generator_embeddings: bool = False,
-                 disallow_correct: bool = False,
+                 embedding_sharing: str = "tied", disallow_correct: bool = False,
                  temperature: float = 1.0, gen_weight: float = 1.0, disc_weight: float = 50.0,
                  mask_with_replacement: bool = True, whole_word_masking: bool = False,
                  continuation_ids: Optional[Sequence[int]] = None, seed: int = 0,
@@ -129,6 +136,15 @@ class ElectraPretrainer(keras.Model):
                              "electra_objective, untied_generator and not uniform_generator")
         if discriminator_config is None and discriminator_encoder is None:
             raise ValueError("give discriminator_config or discriminator_encoder")
+        if embedding_sharing not in ("tied", "gdes"):
+            raise ValueError(f"embedding_sharing must be 'tied' or 'gdes', got {embedding_sharing!r}")
+        if embedding_sharing == "gdes" and (
+                not needs_generator or untied_generator_embeddings
+                or discriminator_encoder is not None or generator_encoder is not None):
+            raise ValueError("embedding_sharing='gdes' needs a generator network sharing the "
+                             "discriminator's embeddings (electra_objective, untied_generator, "
+                             "no uniform_generator, no untied_generator_embeddings, no custom "
+                             "encoders)")
         # === Config ===
         self.discriminator_config = dict(discriminator_config) if discriminator_config else None
         self.generator_config = dict(generator_config) if needs_generator and generator_config else None
@@ -139,6 +155,7 @@ class ElectraPretrainer(keras.Model):
         self.uniform_generator = uniform_generator
         self.untied_generator = untied_generator
         self.untied_generator_embeddings = untied_generator_embeddings
+        self.embedding_sharing = embedding_sharing
         self.disallow_correct = disallow_correct
         self.temperature = temperature
         self.gen_weight = gen_weight
@@ -164,6 +181,19 @@ class ElectraPretrainer(keras.Model):
         # The discriminator (or, MLM-only, the one masked-LM encoder) owns the embedding block.
         if self.discriminator_encoder is not None:
             self.discriminator = self.discriminator_encoder
+        elif self.embedding_sharing == "gdes":
+            # The block is made first, as a tied discriminator makes its own (the same random
+            # draws, so the same initial weights), and read through the deltas.
+            model_config = ModelConfig(**self.discriminator_config)
+            block = ElectraEmbeddings(
+                model_config.vocab_size, model_config.embedding_size,
+                max_position_embeddings=model_config.max_position_embeddings,
+                type_vocab_size=model_config.type_vocab_size,
+                hidden_dropout_prob=model_config.hidden_dropout_prob,
+                initializer_range=model_config.initializer_range, name="embeddings")
+            self.discriminator = ElectraEncoder.from_model_config(
+                model_config, embeddings=DisentangledEmbeddings(block, name="disentangled_embeddings"),
+                name=DISCRIMINATOR_NAME)
         else:
             self.discriminator = ElectraEncoder.from_model_config(
                 ModelConfig(**self.discriminator_config), name=DISCRIMINATOR_NAME)
@@ -173,7 +203,7 @@ class ElectraPretrainer(keras.Model):
         elif needs_generator:
             # Official default: the generator reads the discriminator's embedding block (the same
             # variables); untied_generator_embeddings gives it its own block at its own width.
-            shared = None if self.untied_generator_embeddings else self.discriminator.embeddings
+            shared = None if self.untied_generator_embeddings else self.shared_embeddings
             self.generator = ElectraEncoder.from_model_config(
                 ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME)
 
@@ -227,10 +257,41 @@ class ElectraPretrainer(keras.Model):
             electra_objective=config.electra_objective,
             uniform_generator=config.uniform_generator, untied_generator=config.untied_generator,
             untied_generator_embeddings=config.untied_generator_embeddings,
+            embedding_sharing=config.embedding_sharing,
             disallow_correct=config.disallow_correct, temperature=config.temperature,
             gen_weight=config.gen_weight, disc_weight=config.disc_weight,
             mask_with_replacement=config.mask_with_replacement,
             whole_word_masking=config.whole_word_masking, seed=config.seed, **kwargs)
+
+    @property
+    def shared_embeddings(self) -> ElectraEmbeddings:
+        """The embedding block the generator reads (the discriminator's own; under GDES the block
+        its `DisentangledEmbeddings` reads through its deltas)."""
+        embeddings = self.discriminator.embeddings
+        return embeddings.shared if isinstance(embeddings, DisentangledEmbeddings) else embeddings
+
+    def exported_discriminator(self) -> ElectraEncoder:
+        """The discriminator encoder with embeddings of its own (`with_merged_embeddings`): under
+        GDES a copy whose block holds stop_gradient(block) + delta, what every export writes."""
+        if not isinstance(self.discriminator, ElectraEncoder):
+            return self.discriminator  # a custom encoder (never GDES)
+        return self.discriminator.with_merged_embeddings()
+
+    def generator_variables(self) -> list:
+        """The trainable variables the generator's optimizer updates (`decoupled_optimizers`).
+
+        The generator encoder and its MLM head; the shared embedding block too under GDES, where
+        the generator's loss alone updates it. Tied (official sharing), the block belongs to the
+        discriminator's side, as its variables do (`electra/embeddings`): both losses update it.
+        Everything else (the discriminator, its head, the GDES deltas) is the discriminator's.
+        """
+        if self.generator is None or self.generator_head is None:
+            return []
+        variables = list(self.generator.trainable_variables) + list(self.generator_head.trainable_variables)
+        if self.embedding_sharing != "gdes" and not self.untied_generator_embeddings:
+            block = {id(v) for v in self.shared_embeddings.trainable_variables}
+            variables = [v for v in variables if id(v) not in block]
+        return variables
 
     @property
     def mlm_encoder(self) -> ElectraEncoder:
@@ -304,7 +365,10 @@ class ElectraPretrainer(keras.Model):
                 `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
                 under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
                 Gradients are summed over replicas and clipped at global norm 1.0 before it
-                (official). On JAX and PyTorch the step is `training.portable_fit`'s.
+                (official). On JAX and PyTorch the step is `training.portable_fit`'s. A
+                decoupled optimizer (one with a `generator_learning_rate`,
+                `decoupled_optimizers`) is given `generator_variables()` as its generator side
+                unless it has them already.
             gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
                 update of the whole batch (`training.accumulation`); its size must divide.
             jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
@@ -418,6 +482,7 @@ class ElectraPretrainer(keras.Model):
             "uniform_generator": self.uniform_generator,
             "untied_generator": self.untied_generator,
             "untied_generator_embeddings": self.untied_generator_embeddings,
+            "embedding_sharing": self.embedding_sharing,
             "disallow_correct": self.disallow_correct,
             "temperature": self.temperature,
             "gen_weight": self.gen_weight,
@@ -481,6 +546,8 @@ def word_embedding_table(encoder):
         ValueError: the encoder exposes no known word-embedding table.
     """
     embeddings = getattr(encoder, "embeddings", None)
+    if isinstance(embeddings, DisentangledEmbeddings):  # GDES: the shared table (its shape)
+        embeddings = embeddings.shared
     if isinstance(embeddings, ElectraEmbeddings):
         return embeddings.word_embeddings.embeddings
     token_embedding = getattr(encoder, "token_embedding", None)  # keras-hub backbones

@@ -188,7 +188,9 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) ->
                     settings.do_lower_case, settings.strip_accents, settings.source)
         tokenizer = Tokenizer(vocab, do_lower_case=settings.do_lower_case,
                               strip_accents=settings.strip_accents)
-        module = DiscriminatorModule(model.discriminator, model.discriminator_head, tokenizer,
+        # Under GDES, a discriminator whose embedding block holds the merged tables (the same
+        # outputs, the variables of a tied discriminator: fine-tuning reads them as such).
+        module = DiscriminatorModule(model.exported_discriminator(), model.discriminator_head, tokenizer,
                                      config.max_seq_length)
         paths["discriminator"] = hub.save_version(
             save_atomically, module,

@@ -189,6 +189,38 @@ def dense_clip_by_global_norm(grads: Sequence, clip_norm: float = CLIP_NORM) -> 
                              for g in grads], norm)
 
 
+def clip_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, variables: Sequence,
+                   clip_norm: float = CLIP_NORM, sum_repeated_rows: bool = True) -> ClippedGradients:
+    """The official clip (`clip_by_global_norm` over all gradients), or, under decoupled
+    optimizers, one clip per side: the generator's gradients by their own global norm, the
+    discriminator's by theirs, as two optimizers each clipping their own.
+
+    Args:
+        optimizer: the optimizer (maybe a LossScaleOptimizer) whose sides to clip by.
+        grads: list of gradients matching `variables` (None allowed).
+        variables: list of the model variables.
+        clip_norm, sum_repeated_rows: see `clip_by_global_norm`.
+
+    Returns:
+        ClippedGradients; `global_norm` is the norm of all gradients before clipping (the
+        official one), sqrt(generator norm^2 + discriminator norm^2) when decoupled.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not getattr(inner, "decoupled", False):
+        return clip_by_global_norm(grads, clip_norm, sum_repeated_rows)
+    generator = [inner.is_generator_variable(v) for v in variables]
+    clipped, squares = list(grads), []
+    for side in (True, False):
+        indices = [i for i, g in enumerate(grads) if g is not None and generator[i] == side]
+        if not indices:
+            continue
+        part = clip_by_global_norm([grads[i] for i in indices], clip_norm, sum_repeated_rows)
+        for i, g in zip(indices, part.gradients):
+            clipped[i] = g
+        squares.append(ops.square(ops.cast(part.global_norm, "float32")))
+    return ClippedGradients(clipped, ops.sqrt(ops.sum(ops.stack(squares))))
+
+
 def _dense_global_norm(grads: Sequence):
     squares = [ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None]
     if not squares:
@@ -264,7 +296,7 @@ def apply_gradients(optimizer: keras.optimizers.Optimizer, grads: Sequence, vari
     if clip_norm is None:
         norm = _global_norm(grads, sum_repeated_rows)
     else:
-        grads, norm = clip_by_global_norm(grads, clip_norm, sum_repeated_rows)
+        grads, norm = clip_gradients(optimizer, grads, variables, clip_norm, sum_repeated_rows)
     if loss_scaled:
         grads = [_scale(g, scale) for g in grads]  # exact: the scale is a power of two
 
@@ -312,20 +344,29 @@ class OptimizerAndSchedule(NamedTuple):
 
 
 def create_optimizer(config, optimizer_name: str = "adamw",
-                     lr_multipliers: LrMultipliers = None) -> OptimizerAndSchedule:
+                     lr_multipliers: LrMultipliers = None,
+                     generator_variables: Optional[Sequence] = None) -> OptimizerAndSchedule:
     """The official optimizer and schedule from a `PretrainingConfig`.
 
     Uses `learning_rate`, `lr_decay_power`, `weight_decay_rate`, `num_warmup_steps` and
     `num_train_steps`, the official defaults for betas and epsilon, and the official exclusion
     list. Clip with `apply_gradients(..., clip_norm=CLIP_NORM)`.
 
+    With `decoupled_optimizers` the generator's variables get their own schedule, of the same
+    warmup and decay from `generator_learning_rate` (null: `learning_rate`), and their own clip
+    (`optimizers` module docstring, `clip_gradients`).
+
     Args:
         config: electra_tf.config.PretrainingConfig.
         optimizer_name: "adamw" (official) or "lamb" (large global batches).
         lr_multipliers: optional per-variable multipliers (see `AdamWeightDecay`).
+        generator_variables: with `decoupled_optimizers`, the generator side's variables
+            (`ElectraPretrainer.generator_variables()`); `ElectraPretrainer.compile` sets them
+            when they are not given here.
 
     Returns:
-        OptimizerAndSchedule(optimizer, schedule). Create it under `strategy.scope()`.
+        OptimizerAndSchedule(optimizer, schedule); `schedule` is the discriminator's (the
+        logged `learning_rate`). Create it under `strategy.scope()`.
     """
     if optimizer_name not in OPTIMIZER_NAMES:
         raise ValueError(f"optimizer_name must be one of {', '.join(OPTIMIZER_NAMES)}, "
@@ -336,7 +377,17 @@ def create_optimizer(config, optimizer_name: str = "adamw",
         num_warmup_steps=config.num_warmup_steps,
         lr_decay_power=config.lr_decay_power,
     )
+    generator_schedule = None
+    if getattr(config, "decoupled_optimizers", False):
+        rate = config.generator_learning_rate
+        generator_schedule = WarmupPolynomialDecay(
+            learning_rate=config.learning_rate if rate is None else rate,
+            num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
+            lr_decay_power=config.lr_decay_power)
     cls = AdamWeightDecay if optimizer_name == "adamw" else Lamb
     optimizer = cls(learning_rate=schedule, weight_decay_rate=config.weight_decay_rate,
-                    lr_multipliers=lr_multipliers, name=optimizer_name)
+                    lr_multipliers=lr_multipliers, name=optimizer_name,
+                    generator_learning_rate=generator_schedule)
+    if generator_schedule is not None and generator_variables is not None:
+        optimizer.set_generator_variables(generator_variables)
     return OptimizerAndSchedule(optimizer, schedule)

@@ -18,6 +18,13 @@ variables through the fused ResourceApplyAdam kernel instead (`tf_update.fused_a
 same function to float rounding), and IndexedSlices gradients are densified first; TensorFlow is
 imported only there, so the JAX and PyTorch paths never import it.
 
+Decoupled optimizers (`decoupled_optimizers`, Dong et al., ICML 2023): with a
+`generator_learning_rate` and the generator's variables (`set_generator_variables`), the generator's
+variables are updated at the generator's rate and the others at `learning_rate`. Each variable's
+update reads only its own gradient and slots and the step counter, which both sides count alike, so
+this is exactly an optimizer per network (own slots, own schedule); `optimization.clip_gradients`
+gives each side its own global-norm clip.
+
 Distribution (TensorFlow): Keras 3's TF optimizer, when `apply()` runs in a replica context, first
 sums the gradients across replicas (`TFOptimizer._backend_update_step` ->
 `_all_reduce_sum_gradients`). `optimization.apply_gradients` sums (and clips) them itself, then
@@ -100,7 +107,8 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
                  beta_1: float = ADAM_BETA_1, beta_2: float = ADAM_BETA_2,
                  epsilon: float = ADAM_EPSILON,
                  exclude_from_weight_decay: Optional[Sequence[str]] = EXCLUDE_FROM_WEIGHT_DECAY,
-                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None, **kwargs):
+                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None,
+                 generator_learning_rate=None, **kwargs):
         if kwargs.get("weight_decay") is not None:
             raise ValueError(
                 f"{type(self).__name__} takes weight_decay_rate (the official decoupled decay), "
@@ -124,6 +132,53 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
         self.lr_multipliers = (dict(lr_multipliers) if isinstance(lr_multipliers, Mapping)
                                else lr_multipliers)
         self._replica_sum = _ReplicaSumState()
+        if isinstance(generator_learning_rate, int) and not isinstance(generator_learning_rate, bool):
+            generator_learning_rate = float(generator_learning_rate)
+        self.generator_learning_rate = generator_learning_rate
+        self._generator_variable_ids = None
+        self._generator_flags = None
+
+    # --- Decoupled optimizers ------------------------------------------------------------------
+    @property
+    def decoupled(self) -> bool:
+        """True when the generator has its own learning rate (`decoupled_optimizers`)."""
+        return self.generator_learning_rate is not None
+
+    def set_generator_variables(self, variables: Sequence) -> None:
+        """Names the variables the generator's rate and clip apply to (before `build`).
+
+        Args:
+            variables: the model variables of the generator side
+                (`ElectraPretrainer.generator_variables()`).
+
+        Raises:
+            ValueError: without a `generator_learning_rate`, or once built with other ones.
+        """
+        if not self.decoupled:
+            raise ValueError("set_generator_variables needs a generator_learning_rate")
+        ids = frozenset(id(v) for v in variables)
+        if self.built and ids != self._generator_variable_ids:
+            raise ValueError("set_generator_variables after build(): the groups are fixed")
+        self._generator_variable_ids = ids
+
+    @property
+    def generator_variables_known(self) -> bool:
+        """True once `set_generator_variables` named the generator side."""
+        return self._generator_variable_ids is not None
+
+    def is_generator_variable(self, variable) -> bool:
+        """True for a variable of the generator side (always False when not decoupled)."""
+        return self.decoupled and id(variable) in self._generator_variable_ids
+
+    def _side_learning_rate(self, learning_rate, index):
+        """The rate of variable `index`: the generator's under decoupled optimizers, else
+        `learning_rate` (the scheduled rate Keras passes to `update_step`)."""
+        if not (self._generator_flags and self._generator_flags[index]):
+            return learning_rate
+        rate = self.generator_learning_rate
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            return rate(self.iterations)
+        return rate
 
     # --- Per-variable decisions ------------------------------------------------------------------
     def use_weight_decay(self, variable) -> bool:
@@ -153,6 +208,11 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
         # hand; update_step only sees per-device component variables under tf.distribute.
         self._weight_decay_flags = tuple(self.use_weight_decay(v) for v in var_list)
         self._lr_multiplier_values = tuple(self.lr_multiplier(v) for v in var_list)
+        if self.decoupled:
+            if self._generator_variable_ids is None:
+                raise ValueError("decoupled optimizers: call set_generator_variables(...) before "
+                                 "build() (ElectraPretrainer.generator_variables())")
+            self._generator_flags = tuple(self.is_generator_variable(v) for v in var_list)
         self._build_slots(var_list)
 
     def _build_slots(self, var_list):
@@ -218,13 +278,22 @@ class DecoupledWeightDecayOptimizer(keras.optimizers.Optimizer):
             "exclude_from_weight_decay": self.exclude_from_weight_decay,
             "lr_multipliers": self.lr_multipliers,
         })
+        if self.decoupled:
+            rate = self.generator_learning_rate
+            config["generator_learning_rate"] = (
+                keras.optimizers.schedules.serialize(rate)
+                if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else rate)
         return config
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         # Keras' base from_config replaces config["learning_rate"] in place; work on a copy so
         # the caller's (JSON) config is left untouched.
-        return super().from_config(dict(config), custom_objects=custom_objects)
+        config = dict(config)
+        if isinstance(config.get("generator_learning_rate"), dict):
+            config["generator_learning_rate"] = keras.optimizers.schedules.deserialize(
+                config["generator_learning_rate"], custom_objects=custom_objects)
+        return super().from_config(config, custom_objects=custom_objects)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -257,6 +326,9 @@ class AdamWeightDecay(DecoupledWeightDecayOptimizer):
             layer-wise decay (official section 6.3). Decay is scaled by the multiplied rate too,
             as in the official per-group optimizers. Only the dict form serialises.
         name: str. Optimizer name.
+        generator_learning_rate: None, a float or a LearningRateSchedule: the rate of the
+            variables named by `set_generator_variables` (decoupled optimizers, see the module
+            docstring); None updates every variable at `learning_rate`.
         **kwargs: Keras base optimizer arguments. Prefer `apply_gradients(..., clip_norm=)` to
             Keras' `global_clipnorm`, which clips per replica before the cross-replica sum.
     """
@@ -267,7 +339,8 @@ class AdamWeightDecay(DecoupledWeightDecayOptimizer):
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
         dtype = variable.dtype
-        lr = ops.multiply(ops.cast(learning_rate, dtype), self._lr_multiplier_values[index])
+        lr = ops.multiply(ops.cast(self._side_learning_rate(learning_rate, index), dtype),
+                          self._lr_multiplier_values[index])
         handles = _fusable_handles(variable, self._adam_m[index], self._adam_v[index])
         if handles is not None:
             self._fused_update(gradient, handles, lr, index)
@@ -304,7 +377,7 @@ class Lamb(DecoupledWeightDecayOptimizer):
 
     Args:
         learning_rate, weight_decay_rate, beta_1, beta_2, epsilon, exclude_from_weight_decay,
-        lr_multipliers, name, **kwargs: as `AdamWeightDecay`.
+        lr_multipliers, name, generator_learning_rate, **kwargs: as `AdamWeightDecay`.
         exclude_from_layer_adaptation: list of regexes whose variables get ratio 1. None (the
             default) uses exclude_from_weight_decay, as TF-Addons; [] adapts every variable.
     """
@@ -314,11 +387,13 @@ class Lamb(DecoupledWeightDecayOptimizer):
                  epsilon: float = ADAM_EPSILON,
                  exclude_from_weight_decay: Optional[Sequence[str]] = EXCLUDE_FROM_WEIGHT_DECAY,
                  exclude_from_layer_adaptation: Optional[Sequence[str]] = None,
-                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None, **kwargs):
+                 lr_multipliers: LrMultipliers = None, name: Optional[str] = None,
+                 generator_learning_rate=None, **kwargs):
         super().__init__(learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
                          beta_2=beta_2, epsilon=epsilon,
                          exclude_from_weight_decay=exclude_from_weight_decay,
-                         lr_multipliers=lr_multipliers, name=name, **kwargs)
+                         lr_multipliers=lr_multipliers, name=name,
+                         generator_learning_rate=generator_learning_rate, **kwargs)
         self.exclude_from_layer_adaptation = (None if exclude_from_layer_adaptation is None
                                               else list(exclude_from_layer_adaptation))
 
@@ -353,7 +428,8 @@ class Lamb(DecoupledWeightDecayOptimizer):
             ratio = ops.where(ops.greater(w_norm, 0.0),
                               ops.where(ops.greater(u_norm, 0.0), ops.divide(w_norm, u_norm), 1.0),
                               1.0)
-        lr = ops.multiply(ops.cast(learning_rate, dtype), self._lr_multiplier_values[index])
+        lr = ops.multiply(ops.cast(self._side_learning_rate(learning_rate, index), dtype),
+                          self._lr_multiplier_values[index])
         self.assign_sub(variable, ops.multiply(ops.multiply(lr, ratio), update))
 
     def get_config(self) -> dict:

@@ -98,9 +98,13 @@ def check_accumulation_steps(gradient_accumulation_steps: int) -> None:
 
 def build_for_fit(model, disc_auc_include_padding: bool) -> PretrainingMetrics:
     """Builds the model and its optimizer (on every backend; under a tf.distribute strategy,
-    call it in the strategy's scope) and returns the official metrics of `fit()`."""
+    call it in the strategy's scope) and returns the official metrics of `fit()`. A decoupled
+    optimizer is given the model's `generator_variables()` unless it has them."""
     if not model.built:
         model.build_from_sequence_length()
+    inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if getattr(inner, "decoupled", False) and not inner.generator_variables_known:
+        inner.set_generator_variables(model.generator_variables())  # decoupled optimizers
     model.optimizer.build(model.trainable_variables)
     return PretrainingMetrics(electra_objective=model.electra_objective,
                               disc_auc_include_padding=disc_auc_include_padding,
@@ -189,7 +193,7 @@ def jax_train_step(model, fit: FitState, state, data):
                                                denominators)
         grads = g if grads is None else [a + b for a, b in zip(grads, g)]
         outputs.append(out)
-    clipped = optimization.dense_clip_by_global_norm(grads, CLIP_NORM)
+    clipped = optimization.clip_gradients(optimizer, grads, model.trainable_variables, CLIP_NORM)
     trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, clipped.gradients,
                                                           trainable)
     merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
@@ -246,7 +250,7 @@ def torch_train_step(model, fit: FitState, data):
     grads = [v.value.grad if v.value.grad is not None else torch.zeros_like(v.value)
              for v in variables]
     with torch.no_grad():
-        clipped = optimization.dense_clip_by_global_norm(grads, CLIP_NORM)
+        clipped = optimization.clip_gradients(optimizer, grads, variables, CLIP_NORM)
         optimizer.apply(clipped.gradients, variables)
         merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
         return update_metrics(fit, _detached(merged))

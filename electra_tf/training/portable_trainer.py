@@ -200,7 +200,8 @@ class PortableTrainer(run_base.LockedRun):
         self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
                                                                self.vocab.tokens)
         self.model.build_from_sequence_length()
-        self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
+        self.optimizer, self.schedule = optimization.create_optimizer(
+            config, config.optimizer, generator_variables=self.model.generator_variables())
         self.model.compile(optimizer=self.optimizer,
                            gradient_accumulation_steps=config.gradient_accumulation_steps,
                            disc_auc_include_padding=False)

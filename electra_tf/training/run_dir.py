@@ -62,7 +62,7 @@ FINETUNING_RESULTS_DIR = "results"
 STRUCTURAL_HPARAMS = (
     "model_size", "model_hparam_overrides", "embedding_size", "vocab_size", "max_seq_length",
     "electra_objective", "uniform_generator", "untied_generator", "untied_generator_embeddings",
-    "generator_layers", "generator_hidden_size", "debug",
+    "generator_layers", "generator_hidden_size", "embedding_sharing", "debug",
 )
 # Keys every saved config.json has: how `--overwrite` recognises a run directory it may delete.
 _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")

@@ -139,7 +139,8 @@ class Trainer(run_base.LockedRun):
             self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
                                                                    self.vocab.tokens)
             self.model.build_from_sequence_length()
-            self.optimizer, self.schedule = optimization.create_optimizer(config, config.optimizer)
+            self.optimizer, self.schedule = optimization.create_optimizer(
+                config, config.optimizer, generator_variables=self.model.generator_variables())
             if self.precision.policy == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
