@@ -230,8 +230,9 @@ def finetune(work_dir: str, raw_dir: str, settings: Settings, label: str, task: 
     if os.path.exists(results_json):
         with open(results_json) as f:
             cached = json.load(f)
-        # The runner rewrites results.json after every trial: reuse only a finished run.
-        if len(cached.get("trials", [])) == seeds:
+        # The runner rewrites results.json after every trial: reuse only a finished run (one
+        # with more trials than asked is finished too: its summary covers all its trials).
+        if len(cached.get("trials", [])) >= seeds:
             return cached
     task_settings = settings.finetune[task]
     hparams = {

@@ -420,7 +420,7 @@ def evaluate_run(data_dir: str, objective: str, hparams: dict, num_eval_steps: i
 
 def evaluate_phase(settings: GpuSettings, returned_dir: str, data_dir: str, work_dir: str,
                    output_dir: str, num_eval_steps: int, raw_dir: Optional[str] = None,
-                   seeds: Optional[int] = None) -> dict:
+                   seeds: Optional[int] = None, tasks=cpu_experiment.TASKS) -> dict:
     """Phase 2 (see the module docstring). Writes results.json and summary.md to `output_dir`."""
     from electra_tf.sources import labelled
 
@@ -434,15 +434,24 @@ def evaluate_phase(settings: GpuSettings, returned_dir: str, data_dir: str, work
     shutil.copyfile(os.path.join(data_dir, "vocab.txt"), os.path.join(work_dir, "data", "vocab.txt"))
     evals, finetuning = {}, {}
     for objective in OBJECTIVES:
-        evals[objective] = evaluate_run(data_dir, objective, pretraining["hparams"][objective],
-                                        num_eval_steps)
+        cached = os.path.join(work_dir, f"eval_{objective}.json")  # a rerun reuses it
+        if os.path.exists(cached):
+            with open(cached, encoding="utf-8") as f:
+                evals[objective] = json.load(f)
+        else:
+            evals[objective] = {k: float(v) for k, v in evaluate_run(
+                data_dir, objective, pretraining["hparams"][objective], num_eval_steps).items()}
+            with open(cached, "w", encoding="utf-8") as f:
+                json.dump(evals[objective], f)
         logger.info("%s held-out eval: %s", objective, evals[objective])
     starts = {o: os.path.join(data_dir, "models", RUN_PREFIX + o) for o in OBJECTIVES}
     for label, init in list(starts.items()) + [("random", None)]:
-        for task in cpu_experiment.TASKS:
+        for task in tasks:
+            # A fine-tuning run with at least `seeds` trials in the work dir is reused whole.
             result = cpu_experiment.finetune(work_dir, raw_dir, ft, f"gpu_{label}", task,
                                              ft.seeds, init)
-            finetuning.setdefault(label, {})[task] = result["summary"][task]
+            finetuning.setdefault(label, {})[task] = dict(result["summary"][task],
+                                                          trials=len(result["trials"]))
     curves = {o: cpu_experiment.read_scalars(starts[o]) for o in OBJECTIVES}
     results = {"pretraining": pretraining, "eval": evals, "finetuning": finetuning,
                "curves": curves, "cpu_experiment": _cpu_points(),
@@ -513,8 +522,8 @@ def summary_markdown(results: dict) -> str:
               "| model | task | dev accuracy | test accuracy |", "|---|---|---:|---:|"]
     for model, tasks in results["finetuning"].items():
         for task, summary in tasks.items():
-            lines.append(f"| {model} (GPU run) | {task} | {_stat(summary, 'dev')} | "
-                         f"{_stat(summary, 'test')} |")
+            lines.append(f"| {model} (GPU run, {summary.get('trials', '?')} seed(s)) | {task} | "
+                         f"{_stat(summary, 'dev')} | {_stat(summary, 'test')} |")
     cpu = results.get("cpu_experiment") or {}
     for model, tasks in cpu.get("finetuning", {}).items():
         for task, summary in tasks.items():
@@ -554,9 +563,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out eval batches (default: 100)")
     e.add_argument("--raw-dir", default=None,
                    help="fine-tuning task TSVs (default: fetched, electra_tf.sources.labelled)")
-    e.add_argument("--seeds", type=int, default=None, help="fine-tuning seeds (default: 3)")
+    e.add_argument("--seeds", type=int, default=None,
+                   help="fine-tuning seeds (default: 3); a fine-tuning run already in the work "
+                        "dir with at least this many is reused whole")
+    e.add_argument("--tasks", default=",".join(cpu_experiment.TASKS),
+                   help="comma-separated fine-tuning tasks (default: "
+                        f"{','.join(cpu_experiment.TASKS)})")
     e.add_argument("--smoke", action="store_true", help="tiny settings (CPU, tests)")
     return parser
+
+
+def _tasks(text: str) -> tuple:
+    tasks = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in tasks if t not in cpu_experiment.TASKS]
+    if unknown or not tasks:
+        raise SystemExit(f"electra_vs_mlm_gpu.py: error: --tasks {text!r}: choose from "
+                         f"{', '.join(cpu_experiment.TASKS)}")
+    return tasks
 
 
 def main(argv=None) -> int:
@@ -580,7 +603,8 @@ def main(argv=None) -> int:
                                      os.path.join(REPO_ROOT, "docs", "experiments",
                                                   "electra_vs_mlm_gpu"))
     results = evaluate_phase(settings, args.returned, args.data_dir, work_dir, output_dir,
-                             args.num_eval_steps, raw_dir=args.raw_dir, seeds=args.seeds)
+                             args.num_eval_steps, raw_dir=args.raw_dir, seeds=args.seeds,
+                             tasks=_tasks(args.tasks))
     print(summary_markdown(results))
     print(f"outputs: {output_dir}")
     return 0
