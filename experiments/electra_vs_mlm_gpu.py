@@ -497,14 +497,11 @@ def summary_markdown(results: dict) -> str:
              "| objective | steps planned | FLOPs/step | steps compared | FLOPs compared | ex/s | exit |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for o in OBJECTIVES:
-        step = common.get(o)
-        rate = pre["examples_per_second"].get(o)
-        lines.append(f"| {o} | {the_plan['steps'][o]} | {the_plan['flops_per_step'][o]:.3g} | "
-                     f"{step if step else '-'} | "
-                     f"{step * the_plan['flops_per_step'][o]:.3g} | " if step else
-                     f"| {o} | {the_plan['steps'][o]} | {the_plan['flops_per_step'][o]:.3g} | - | - | ")
-        lines[-1] += f"{rate:.0f} | {pre['exit_status'].get(o)} |" if rate else \
-            f"- | {pre['exit_status'].get(o)} |"
+        step, rate = common.get(o), pre["examples_per_second"].get(o)
+        per_step = the_plan["flops_per_step"][o]
+        compared = f"{step} | {step * per_step:.3g}" if step else "- | -"
+        lines.append(f"| {o} | {the_plan['steps'][o]} | {per_step:.3g} | {compared} | "
+                     f"{f'{rate:.0f}' if rate else '-'} | {pre['exit_status'].get(o)} |")
     keys = sorted({k for ev in results["eval"].values() for k in ev})  # MLM runs lack disc_*
     data = pre.get("data", {})
     if common and data:
