@@ -186,6 +186,9 @@ class PretrainingConfig:
     do_train: bool = True  # pretrain
     do_eval: bool = False  # evaluate on the held-out split (writes eval_results.txt)
     do_export: bool = True  # export discriminator and generator SavedModels after training
+    # Learning probe: every N steps a linear classifier on frozen discriminator features of a
+    # labelled task, its dev accuracy logged (a JSON object: training.probe_settings; null: off)
+    probe: Optional[Mapping[str, Any]] = None
 
     # --- Objective ---
     electra_objective: bool = True  # False = MLM only (BERT with dynamic masking, no NSP)
@@ -329,6 +332,10 @@ class PretrainingConfig:
             derived["eval_tfrecords"] = join(data_dir, "pretrain_tfrecords", "eval_data.tfrecord*")
         if config.vocab_file is None:
             derived["vocab_file"] = join(data_dir, "vocab.txt")
+        if config.probe is not None:
+            from electra_tf.training import probe_settings  # imports this module
+
+            derived["probe"] = probe_settings.resolved(config.probe)
         if config.model_dir is None:
             derived["model_dir"] = join(data_dir, MODELS_DIR, model_name)
         config = dataclasses.replace(config, **derived)
@@ -358,6 +365,10 @@ class PretrainingConfig:
              "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
              "see docs/config.md")
         self._validate_ranges(need)
+        if self.probe is not None:
+            from electra_tf.training import probe_settings  # imports this module
+
+            probe_settings.parse(self.probe)
         need(self.inter_op_threads is None or self.inter_op_threads >= 0,
              f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
@@ -461,6 +472,8 @@ class PretrainingConfig:
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["model_hparam_overrides"] = dict(self.model_hparam_overrides)
+        if self.probe is not None:
+            d["probe"] = dict(self.probe)
         return d
 
     def to_json(self) -> str:

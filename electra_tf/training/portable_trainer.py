@@ -48,7 +48,7 @@ from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import (dataset_checks, hosts, optimization, portable_board,
-                                 portable_checkpoint, preemption, run_base, run_dir,
+                                 portable_checkpoint, preemption, probe, run_base, run_dir,
                                  summaries)
 from electra_tf.vocab import Vocab
 
@@ -154,6 +154,9 @@ class PortableTrainer(run_base.LockedRun):
             resolved_mixed_precision_reason=self.precision.reason)
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
+        # The learning probe's task is read and encoded now (host 0 runs it).
+        self.probe = probe.Probe.for_run(config, self.vocab, probe.BATCH_SIZE * self.num_devices,
+                                         several_hosts=self.hosts.several)
 
     @property
     def num_devices(self) -> int:
@@ -313,6 +316,7 @@ class PortableTrainer(run_base.LockedRun):
         if start_step == 0:
             self._save()
         self.stop.agree()  # a SIGTERM during the set-up, on any host
+        self._probe(writer, start_step, end_step)  # step 0: the untrained baseline
         logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s)",
                     start_step, config.num_train_steps, config.train_batch_size,
                     self.num_devices, config.backend)
@@ -322,6 +326,7 @@ class PortableTrainer(run_base.LockedRun):
             while self.step < end_step:
                 if self.stop.requested:
                     self._stop_preempted()
+                previous_step = self.step
                 chunk = self._train_chunk(self._chunk_size(end_step))
                 self.stop.agree()
                 if chunk:
@@ -330,6 +335,7 @@ class PortableTrainer(run_base.LockedRun):
                     writer.flush()
                     rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
                     summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
+                self._probe(writer, previous_step, end_step)
                 self._stop_or_save(end_step)
         finally:
             writer.close()
@@ -339,6 +345,15 @@ class PortableTrainer(run_base.LockedRun):
                     (self.step - start_step) * config.train_batch_size / max(elapsed, 1e-9),
                     self.latest)
         return scalars
+
+    def _probe(self, writer, previous_step: int, end_step: int) -> None:
+        """The learning probe at this step if due (`probe.Probe.due`), beside the losses."""
+        if self.probe is not None and not self.stop.requested:
+            scalars = self.probe.maybe_run(previous_step, self.step, end_step,
+                                           self.model.discriminator)
+            if scalars:
+                writer.scalars(self.step, scalars)
+                writer.flush()
 
     def _train_chunk(self, num_steps: int) -> Dict[str, float]:
         """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`)."""
@@ -475,6 +490,8 @@ def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
         with trainer.stop:
             if config.do_train:
                 results["train"] = trainer.train()
+            if trainer.probe is not None:
+                results["probe"] = trainer.probe.results()
             if config.do_eval:
                 results["eval"] = trainer.evaluate()
             if config.do_export:

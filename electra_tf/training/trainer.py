@@ -38,7 +38,7 @@ from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import (board, checkpointing, graph_leaks, inputs, optimization,
-                                 preemption, run_base, run_dir, summaries, train_step)
+                                 preemption, probe, run_base, run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 
@@ -79,6 +79,8 @@ class Trainer(run_base.LockedRun):
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = inputs.check_datasets(config, self.vocab)
+        # The learning probe's task is read and encoded now (the chief alone runs it).
+        self.probe = probe.Probe.for_run(config, self.vocab) if self.chief else None
         # One writer per run directory, from here until close() (or the process's end).
         self._lock = run_dir.lock(self._checkpoint_dir(), training=config.do_train)
         try:
@@ -242,6 +244,7 @@ class Trainer(run_base.LockedRun):
         profiler = board.Profiler(config.model_dir, self.profile_steps, self.chief)
         if start_step == 0:
             self._save()  # step-0 checkpoint: a crash in the first chunk loses nothing
+        self._probe(writer, start_step, end_step)  # step 0: the untrained baseline
         logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
                     config.num_train_steps, config.train_batch_size,
                     self.strategy.num_replicas_in_sync)
@@ -249,6 +252,7 @@ class Trainer(run_base.LockedRun):
         run_start = time.time()
         try:
             while self.step < end_step:
+                previous_step = self.step
                 profiler.before_loop(self.step)
                 chunk = self._train_chunk(self._chunk_size(end_step))
                 profiler.after_loop(self.step)
@@ -258,6 +262,7 @@ class Trainer(run_base.LockedRun):
                 if self.chief and chunk:
                     rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
                     summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
+                self._probe(writer, previous_step, end_step)
                 self._stop_or_save(end_step)
         finally:
             profiler.stop(self.step)
@@ -266,6 +271,12 @@ class Trainer(run_base.LockedRun):
         if self.chief:
             self._log_done(start_step, time.time() - run_start, scalars)
         return scalars
+
+    def _probe(self, writer, previous_step: int, end_step: int) -> None:
+        """The learning probe at this step if due (`probe.Probe.due`), beside the losses."""
+        if self.probe is not None and not self.stop.requested:
+            summaries.write_scalars(writer, self.step, self.probe.maybe_run(
+                previous_step, self.step, end_step, self.model.discriminator))
 
     def _stop_preempted(self) -> None:
         """Saves the current step (unless just saved) and raises Preempted."""
@@ -377,7 +388,8 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
         profile_steps: int. Steps to trace for TensorBoard's profiler (see `Trainer`).
 
     Returns:
-        {"train": last loop's scalars, "eval": eval results, "export": SavedModel paths,
+        {"train": last loop's scalars, "probe": the learning probe's results (`probe.Probe.results`,
+         with the `probe` hparam), "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
     # The run's traced graphs go with it (graph_leaks: TensorFlow's custom-gradient registry
@@ -395,6 +407,8 @@ def _run(trainer: Trainer) -> dict:
     with trainer.stop:  # SIGTERM in any phase below: Preempted (exit status 42)
         if config.do_train:
             results["train"] = trainer.train()
+        if trainer.probe is not None:
+            results["probe"] = trainer.probe.results()
         if config.do_eval:
             results["eval"] = trainer.evaluate()
         if config.do_export and trainer.chief:
