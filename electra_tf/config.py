@@ -187,7 +187,7 @@ class PretrainingConfig:
     do_eval: bool = False  # evaluate on the held-out split (writes eval_results.txt)
     do_export: bool = True  # export discriminator and generator SavedModels after training
     # Learning probe: every N steps a linear classifier on frozen discriminator features of a
-    # labelled task, its dev accuracy logged (a JSON object: training.probe_settings; null: off)
+    # labelled task, its dev accuracy logged (a JSON object: probe_settings; null: off)
     probe: Optional[Mapping[str, Any]] = None
 
     # --- Objective ---
@@ -333,7 +333,7 @@ class PretrainingConfig:
         if config.vocab_file is None:
             derived["vocab_file"] = join(data_dir, "vocab.txt")
         if config.probe is not None:
-            from electra_tf.training import probe_settings  # imports this module
+            from electra_tf import probe_settings  # imports this module
 
             derived["probe"] = probe_settings.resolved(config.probe)
         if config.model_dir is None:
@@ -366,7 +366,7 @@ class PretrainingConfig:
              "see docs/config.md")
         self._validate_ranges(need)
         if self.probe is not None:
-            from electra_tf.training import probe_settings  # imports this module
+            from electra_tf import probe_settings  # imports this module
 
             probe_settings.parse(self.probe)
         need(self.inter_op_threads is None or self.inter_op_threads >= 0,

@@ -1,7 +1,7 @@
 """The learning probe of a pretraining run: is the discriminator learning features that matter?
 
-With the `probe` hparam (`probe_settings`), the trainer fits a linear classifier on frozen
-discriminator features of a small labelled task every `every_n_steps` steps and logs its dev
+With the `probe` hparam (`electra_tf.probe_settings`), the trainer fits a linear classifier on
+frozen discriminator features of a small labelled task every `every_n_steps` steps and logs its dev
 accuracy beside the losses (`probe/dev_accuracy`, `probe/train_accuracy`, `probe/seconds`
 TensorBoard scalars and a console line). A healthy run's dev accuracy rises above its step-0
 value and the majority-class baseline; a collapsed discriminator's falls back towards it.
@@ -41,7 +41,8 @@ from keras import ops
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError, shown_path
-from electra_tf.training import linear_probe, probe_settings
+from electra_tf import probe_settings
+from electra_tf.training import linear_probe
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")

@@ -9,7 +9,8 @@ import pytest
 
 from electra_tf.config import ConfigError, PretrainingConfig
 from electra_tf.finetuning.tasks import DataFileError
-from electra_tf.training import linear_probe, probe, probe_settings
+from electra_tf import probe_settings
+from electra_tf.training import linear_probe, probe
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
@@ -163,7 +164,7 @@ def test_an_unusable_task_directory_is_a_one_line_error_naming_it(tmp_path, case
 
 
 def test_without_tensorflow_text_the_probe_is_a_one_line_error(tmp_path, monkeypatch):
-    """The JAX / PyTorch trainer may run where TensorFlow is absent; the probe's encoder needs it."""
+    """The JAX / PyTorch trainer may run without TensorFlow; the probe's encoder needs it."""
     config = PretrainingConfig.create("x", str(tmp_path), {"probe": {"task_dir": "t"}})
     monkeypatch.setattr(probe.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(probe.TrainingError, match="needs tensorflow and tensorflow-text"):
