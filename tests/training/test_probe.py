@@ -12,6 +12,7 @@ from electra_tf.finetuning.tasks import DataFileError
 from electra_tf import probe_settings
 from electra_tf.training import linear_probe, probe
 from electra_tf.training import trainer as trainer_lib
+from tests import backends
 from tests import pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")
@@ -187,9 +188,13 @@ RUN = fx.tiny_hparams(num_train_steps=4, iterations_per_loop=2, save_checkpoints
 
 
 @pytest.fixture(scope="module")
-def runs(data_dir, tmp_path_factory):
+def task_dir(tmp_path_factory):
+    return write_task(str(tmp_path_factory.mktemp("tasks")), "topics")
+
+
+@pytest.fixture(scope="module")
+def runs(data_dir, task_dir):
     """The tiny run with the probe every 2 steps, and without it."""
-    task_dir = write_task(str(tmp_path_factory.mktemp("tasks")), "topics")
     hparams = dict(RUN, probe={"task_dir": task_dir, "every_n_steps": 2, "max_dev_examples": 8})
     with_probe = trainer_lib.run(fx.tiny_config(data_dir, "with_probe", **hparams))
     without = trainer_lib.run(fx.tiny_config(data_dir, "without_probe", **RUN))
@@ -224,3 +229,33 @@ def test_a_bad_task_directory_stops_the_run_before_anything_is_written(data_dir,
     with pytest.raises(DataFileError, match="no such directory"):
         trainer_lib.run(config)
     assert not os.path.exists(config.model_dir)
+
+
+@pytest.mark.slow
+def test_under_mirrored_strategy_the_chief_probes_the_mirrored_weights(data_dir, task_dir,
+                                                                        mirrored_strategy):
+    hparams = dict(RUN, num_train_steps=2, probe={"task_dir": task_dir, "every_n_steps": 2})
+    results = trainer_lib.run(fx.tiny_config(data_dir, "mirrored_probe", **hparams),
+                              strategy=mirrored_strategy)
+    assert [(r["step"], r["dev_accuracy"]) for r in results["probe"]] == [(0, 1.0), (2, 1.0)]
+
+
+@pytest.mark.slow
+def test_the_jax_trainer_logs_the_probe_too(data_dir, task_dir):
+    """`--backend jax` (the portable trainer): features by the same Keras model's predict on JAX
+    (tensorflow-text stays importable: the task's encoder needs it)."""
+    backends.require("jax")
+    config = fx.tiny_config(data_dir, "jax_probe", **dict(
+        RUN, num_train_steps=2, backend="jax",
+        probe={"task_dir": task_dir, "every_n_steps": 2}))
+    out = backends.run_on_backend("jax", f"""
+        import json
+        from electra_tf.config import PretrainingConfig
+        from electra_tf.training import portable_trainer
+        results = portable_trainer.run(PretrainingConfig.from_dict(json.loads({config.to_json()!r})))
+        out["steps"] = [r["step"] for r in results["probe"]]
+        out["dev_accuracy"] = [r["dev_accuracy"] for r in results["probe"]]
+        """, block_tensorflow=False)
+    assert out["steps"].tolist() == [0, 2] and out["dev_accuracy"].tolist() == [1.0, 1.0]
+    scalars = fx.read_scalars(config.model_dir, ("probe/dev_accuracy", "total_loss"))
+    assert sorted(scalars["probe/dev_accuracy"]) == [0, 2] and sorted(scalars["total_loss"]) == [2]
