@@ -256,6 +256,8 @@ def test_the_jax_trainer_logs_the_probe_too(data_dir, task_dir):
         out["steps"] = [r["step"] for r in results["probe"]]
         out["dev_accuracy"] = [r["dev_accuracy"] for r in results["probe"]]
         """, block_tensorflow=False)
-    assert out["steps"].tolist() == [0, 2] and out["dev_accuracy"].tolist() == [1.0, 1.0]
+    # JAX draws its own initial weights (Keras initializers use each backend's RNG): not the
+    # TensorFlow run's 1.0 exactly, but far above the 0.5 of two balanced labels.
+    assert out["steps"].tolist() == [0, 2] and min(out["dev_accuracy"]) > 0.75
     scalars = fx.read_scalars(config.model_dir, ("probe/dev_accuracy", "total_loss"))
     assert sorted(scalars["probe/dev_accuracy"]) == [0, 2] and sorted(scalars["total_loss"]) == [2]
