@@ -336,14 +336,14 @@ def check_twin_order(output_dir, manifest, workdir, num_batches=20):
 # The input pipeline at scale
 # ------------------------------------------------------------------------------------------------
 def bench_pipeline(output_dir, manifest, vocab_file, steady_batches):
-    from electra_tf.data import pipeline
+    from electra_tf.data import integrity, pipeline
     from electra_tf.vocab import load_vocab
 
     vocab = load_vocab(vocab_file)
     pattern = os.path.join(output_dir, "pretrain_data.tfrecord*")
     length = manifest["max_seq_length"]
     start = time.perf_counter()
-    summary = pipeline.validate_dataset(pattern, max_seq_length=length, vocab_sha256=vocab.sha256,
+    summary = integrity.validate_dataset(pattern, max_seq_length=length, vocab_sha256=vocab.sha256,
                                         vocab_size=vocab.size)
     validated = time.perf_counter()
     iterator = iter(pipeline.make_dataset(pattern, batch_size=128, max_seq_length=length,
@@ -357,7 +357,7 @@ def bench_pipeline(output_dir, manifest, vocab_file, steady_batches):
         next(iterator)
     steady = time.perf_counter() - steady_start
     plan_start = time.perf_counter()
-    planned = pipeline.validate_dataset(pattern, max_seq_length=length,
+    planned = integrity.validate_dataset(pattern, max_seq_length=length,
                                         vocab_sha256=vocab.sha256, vocab_size=vocab.size,
                                         skip_bad_records=True)
     plan_seconds = time.perf_counter() - plan_start

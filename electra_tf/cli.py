@@ -1,25 +1,19 @@
 """Command-line glue shared by the scripts: logging, user errors as one line, the exit codes.
 
 Every command-line tool (electra_tf/commands/: electra-pretrain or run_pretraining.py, ...;
-`python -m electra_tf.convert`, `python -m electra_tf.sources.labelled`) sets up logging once
-(`electra_tf.console`) and runs its work through `run_cli`: a user error (`ElectraError`) or an
-environment error (`OSError`: a full disk, a read-only directory) becomes one line on stderr,
-`PROG: error: MESSAGE`, and exit status 2 (argparse's status for bad usage); Ctrl-C exits 130; a
+`python -m electra_tf.convert`) sets up logging once (`electra_tf.console`) and runs its work
+through `run_cli`: a user error (`ElectraError`) or an environment error (`OSError`: a full
+disk, a read-only directory) becomes one line on stderr, `PROG: error: MESSAGE`, and exit
+status 2 (argparse's status for bad usage); Ctrl-C exits 130; a
 run stopped by SIGTERM after saving a checkpoint exits 42.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import logging
 import sys
 from typing import Callable, Optional
 
-from electra_tf.config import ConfigError, PretrainingConfig, parse_hparams
 from electra_tf.errors import ElectraError, Preempted, error_line
-
-logger = logging.getLogger("electra_tf")
 
 EXIT_USER_ERROR = 2  # argparse's status for bad usage
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
@@ -58,42 +52,3 @@ def run_cli(prog: str, work: Callable[[], Optional[int]],
             raise
         print(f"{prog}: error: {error_line(e, limit=None, whole=True)}", file=sys.stderr)
         return EXIT_USER_ERROR
-
-
-def pretraining_config_from_args(args: argparse.Namespace) -> PretrainingConfig:
-    """`--hparams` plus the `--model-size` shortcut (they must agree when both are given)."""
-    hparams = parse_hparams(args.hparams)
-    if args.model_size is not None:
-        if hparams.get("model_size", args.model_size) != args.model_size:
-            raise ConfigError(f"--model-size {args.model_size} contradicts hparam "
-                              f"model_size={hparams['model_size']!r}")
-        hparams["model_size"] = args.model_size
-    backend = getattr(args, "backend", None)
-    if backend is not None:
-        if hparams.get("backend", backend) != backend:
-            raise ConfigError(f"--backend {backend} contradicts hparam "
-                              f"backend={hparams['backend']!r}")
-        hparams["backend"] = backend
-    return PretrainingConfig.create(args.model_name, args.data_dir, hparams)
-
-
-def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.py") -> int:
-    """Runs the pretraining tool `prog` (see `run_cli` for errors and exit codes)."""
-    def work():
-        config = pretraining_config_from_args(args)
-        if config.backend == "tensorflow":
-            from electra_tf.training import trainer
-
-            results = trainer.run(config, overwrite=args.overwrite,
-                                  profile_steps=getattr(args, "profile_steps", 0))
-        else:
-            from electra_tf.training import portable_trainer
-
-            if getattr(args, "profile_steps", 0):
-                raise ConfigError("--profile-steps traces TensorFlow: it needs --backend "
-                                  "tensorflow")
-            results = portable_trainer.run(config, overwrite=args.overwrite)
-        logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
-
-    return run_cli(prog, work,
-                   interrupted="interrupted; the latest checkpoint is kept")

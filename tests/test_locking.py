@@ -107,17 +107,17 @@ def test_holder_record_is_one_json_line(tmp_path):
 def test_the_trainer_names_a_builder_that_has_not_written_a_file_yet(holder):
     """A locked directory with no shards yet: the trainer's data check names the writer instead
     of sending the user to build data that is being built; once released, "no files match"."""
-    from electra_tf.data import pipeline
+    from electra_tf.data import integrity
     directory, process = holder
     pattern = os.path.join(directory, "pretrain_data.tfrecord*") + "," + os.path.join(directory,
                                                                                       ".partial-*")
     check = dict(max_seq_length=32, vocab_sha256="", vocab_size=100)
-    with pytest.raises(pipeline.DataError, match=f"being written right now by pid {process.pid}"):
-        pipeline.validate_dataset(pattern, **check)
+    with pytest.raises(integrity.DataError, match=f"being written right now by pid {process.pid}"):
+        integrity.validate_dataset(pattern, **check)
     process.stdin.close()
     assert process.wait(timeout=60) == 0
-    with pytest.raises(pipeline.DataError, match="no TFRecord files match"):
-        pipeline.validate_dataset(pattern, **check)
+    with pytest.raises(integrity.DataError, match="no TFRecord files match"):
+        integrity.validate_dataset(pattern, **check)
 
 
 def dead_pid():

@@ -19,14 +19,19 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import sys
 
 from electra_tf import console
-from electra_tf.cli import EXIT_PREEMPTED, run_pretraining_cli
+from electra_tf.cli import EXIT_PREEMPTED, run_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
-from electra_tf.config import BACKENDS, HPARAM_NAMES, parse_hparams
+from electra_tf.config import (BACKENDS, HPARAM_NAMES, ConfigError, PretrainingConfig,
+                               parse_hparams)
 from electra_tf.precision import AUTO_HELP
+
+logger = logging.getLogger("electra_tf")
 
 PROG = "electra-pretrain"
 
@@ -70,6 +75,45 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 
 def parse_args(argv=None, prog: str = PROG) -> argparse.Namespace:
     return build_parser(prog).parse_args(argv)
+
+
+def pretraining_config_from_args(args: argparse.Namespace) -> PretrainingConfig:
+    """`--hparams` plus the `--model-size` shortcut (they must agree when both are given)."""
+    hparams = parse_hparams(args.hparams)
+    if args.model_size is not None:
+        if hparams.get("model_size", args.model_size) != args.model_size:
+            raise ConfigError(f"--model-size {args.model_size} contradicts hparam "
+                              f"model_size={hparams['model_size']!r}")
+        hparams["model_size"] = args.model_size
+    backend = getattr(args, "backend", None)
+    if backend is not None:
+        if hparams.get("backend", backend) != backend:
+            raise ConfigError(f"--backend {backend} contradicts hparam "
+                              f"backend={hparams['backend']!r}")
+        hparams["backend"] = backend
+    return PretrainingConfig.create(args.model_name, args.data_dir, hparams)
+
+
+def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.py") -> int:
+    """Runs the pretraining tool `prog` (see `run_cli` for errors and exit codes)."""
+    def work():
+        config = pretraining_config_from_args(args)
+        if config.backend == "tensorflow":
+            from electra_tf.training import trainer
+
+            results = trainer.run(config, overwrite=args.overwrite,
+                                  profile_steps=getattr(args, "profile_steps", 0))
+        else:
+            from electra_tf.training import portable_trainer
+
+            if getattr(args, "profile_steps", 0):
+                raise ConfigError("--profile-steps traces TensorFlow: it needs --backend "
+                                  "tensorflow")
+            results = portable_trainer.run(config, overwrite=args.overwrite)
+        logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
+
+    return run_cli(prog, work,
+                   interrupted="interrupted; the latest checkpoint is kept")
 
 
 def main(argv=None, prog: str = PROG) -> int:

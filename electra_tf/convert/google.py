@@ -48,7 +48,7 @@ from electra_tf.convert import names
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
 from electra_tf.errors import error_line, shown_path
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -381,13 +381,13 @@ def import_google_checkpoint(checkpoint: str, vocab_file: str, output_dir: str,
 
 
 def _check_output_dir(output_dir: str, overwrite: bool) -> None:
-    if os.path.isdir(output_dir) and run_dir.checkpoint_candidates(output_dir):
+    if os.path.isdir(output_dir) and checkpoint_files.checkpoint_candidates(output_dir):
         raise ConversionError(
             f"--output-dir {output_dir} holds a training run's checkpoints; run_pretraining.py would "
             "resume from them and ignore the import: choose a new --output-dir")
     # Checked now, created only once the checkpoint has been matched (no empty dir on errors).
-    prepare_output_dir(output_dir, (run_dir.CONFIG_NAME, run_dir.VOCAB_NAME, run_dir.INIT_CHECKPOINT_DIR),
-                       overwrite, create=False)
+    prepare_output_dir(output_dir, (run_dir.CONFIG_NAME, run_dir.VOCAB_NAME,
+                                    checkpoint_files.INIT_CHECKPOINT_DIR), overwrite, create=False)
 
 
 def _log_fresh_parts(absent, config: PretrainingConfig) -> None:

@@ -36,7 +36,7 @@ from electra_tf.errors import ElectraError, TrainingError, error_line
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.training.export import EXTRA_DIR
 from electra_tf.training.hub import latest_version_dir
 from electra_tf.vocab import Vocab, load_vocab
@@ -108,7 +108,7 @@ def _model_dir_and_checkpoint(path: str):
         return path, None
     if tf.io.gfile.exists(path + ".index"):
         model_dir = os.path.dirname(path)
-        if os.path.basename(model_dir) == run_dir.INIT_CHECKPOINT_DIR:  # from-google's import
+        if os.path.basename(model_dir) == checkpoint_files.INIT_CHECKPOINT_DIR:  # from-google's import
             model_dir = os.path.dirname(model_dir)
         return model_dir, path
     raise PretrainedError(f"init_checkpoint {path}: not a model directory, a checkpoint prefix "

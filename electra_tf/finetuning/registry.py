@@ -11,7 +11,10 @@
 
 The official registry refuses any other name; electra-tf also accepts any other name as a
 generic classification task whose files are `train`/`dev`/`test` `.tsv`/`.csv` with a header
-(`tasks.py`), and refuses it if that directory does not exist.
+(`classification/data.py`), and refuses it if that directory does not exist.
+
+A family is one folder whose package names its official tasks (`TASK_NAMES`) and builds one
+(`build_task(name, config, pretrained, tokenizer, text_encoder)`), plus its line in `FAMILIES`.
 """
 
 from __future__ import annotations
@@ -19,18 +22,20 @@ from __future__ import annotations
 import os
 from typing import List
 
+from electra_tf.finetuning import classification, qa, regression, tagging
+from electra_tf.finetuning.classification.data import GLUE_TASKS, canonical_task_name
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
                                         FinetuningTask)
-from electra_tf.finetuning.tasks import GLUE_TASKS, DataFileError, canonical_task_name
+from electra_tf.finetuning.task_files import DataFileError
 
-SQUAD_TASKS = ("squad", "squadv1")
-MRQA_TASKS = ("newsqa", "naturalqs", "triviaqa", "searchqa")
-OFFICIAL_TASKS = {
-    **{name: CLASSIFICATION for name in ("cola", "mrpc", "mnli", "sst", "rte", "qnli", "qqp")},
-    "sts": REGRESSION,
-    **{name: QUESTION_ANSWERING for name in SQUAD_TASKS + MRQA_TASKS},
-    "chunk": TAGGING,
+FAMILIES = {
+    CLASSIFICATION: classification,
+    REGRESSION: regression,
+    QUESTION_ANSWERING: qa,
+    TAGGING: tagging,
 }
+OFFICIAL_TASKS = {name: family for family, package in FAMILIES.items()
+                  for name in package.TASK_NAMES}
 
 
 def task_family(name: str) -> str:
@@ -52,19 +57,11 @@ def build_task(name: str, config, pretrained, tokenizer, text_encoder) -> Finetu
         DataFileError: missing or malformed files (naming the file and record).
     """
     family = task_family(name)
-    canonical = canonical_task_name(name)
-    if family == REGRESSION:
-        from electra_tf.finetuning.regression.sts import STSTask
-        return STSTask(canonical, config, text_encoder)
-    if family == QUESTION_ANSWERING:
-        from electra_tf.finetuning.qa.task import QATask
-        return QATask(canonical, config, tokenizer)
-    if family == TAGGING:
-        from electra_tf.finetuning.tagging.chunk import ChunkingTask
-        return ChunkingTask(canonical, config, pretrained)
-    _check_generic(name, config.raw_data_dir)
-    from electra_tf.finetuning.classification import ClassificationTask
-    return ClassificationTask(name, config, text_encoder)
+    if family == CLASSIFICATION:  # the generic family: the name as given is its directory's
+        _check_generic(name, config.raw_data_dir)
+    else:
+        name = canonical_task_name(name)
+    return FAMILIES[family].build_task(name, config, pretrained, tokenizer, text_encoder)
 
 
 def _check_generic(name: str, raw_data_dir: str) -> None:
@@ -75,7 +72,7 @@ def _check_generic(name: str, raw_data_dir: str) -> None:
     if os.path.isdir(directory):
         if any(f.endswith(".jsonl") for f in os.listdir(directory)):
             raise DataFileError(f"task {name!r}: {directory} holds MRQA-style .jsonl files; the "
-                                f"MRQA tasks are {', '.join(MRQA_TASKS)} (rename the directory)")
+                                f"MRQA tasks are {', '.join(qa.MRQA_TASKS)} (rename the directory)")
         return
     raise DataFileError(
         f"Unknown task {name!r}: not an official task ({', '.join(sorted(OFFICIAL_TASKS))}) "

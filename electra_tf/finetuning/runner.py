@@ -48,8 +48,7 @@ from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.registry import build_task
-from electra_tf.finetuning.task import (SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed,
-                                        write_json_atomically)
+from electra_tf.finetuning.task import SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed
 from electra_tf.progress import eta_seconds, format_duration
 from electra_tf.training import graph_leaks
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
@@ -270,7 +269,8 @@ def _check_outputs(config: FinetuningConfig, overwrite: bool) -> None:
 
 
 def _write_results(config: FinetuningConfig, results: dict) -> None:
-    write_json_atomically(config.results_json, results)
+    atomic.write_json(config.results_json, results, sort_keys=True, default=str,
+                      ensure_ascii=False)
     lines = [line for record in results["trials"] for line in trial_lines(record)]
     if results["summary"]:
         lines += format_results(results["summary"], len(results["trials"]))

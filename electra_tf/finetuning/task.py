@@ -13,10 +13,15 @@ Official `finetune/task.py` has one `Task` class per family with `get_examples`,
 - `score()`: the official metrics of one evaluated split from the head's outputs, writing any
   prediction files.
 - `serving()`: the raw-text serving functions of the exported SavedModel.
+
+Unlabelled splits' predictions go to `test_predictions_path` (official file names). A family is
+one folder (its `__init__` names its official tasks and builds its task) and one line in
+`registry.FAMILIES`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
@@ -25,6 +30,8 @@ import tensorflow as tf
 from electra_tf import atomic
 
 SHARED_FEATURES = ("input_ids", "input_mask", "segment_ids")
+EVAL_SPLITS = ("dev", "test")
+TEST_PREDICTIONS_DIR = "test_predictions"
 CLASSIFICATION, REGRESSION, QUESTION_ANSWERING, TAGGING = (
     "classification", "regression", "qa", "tagging")
 
@@ -133,7 +140,13 @@ def feature_or_zeros(features: Dict[str, tf.Tensor], key: str, like: tf.Tensor, 
     return tf.zeros(tf.shape(like)[:1], dtype)
 
 
-def write_json_atomically(path: str, value, sort_keys: bool = True) -> str:
-    """Writes `value` as JSON (indent 2, UTF-8, non-ASCII kept) to `path` atomically; returns path."""
-    atomic.write_json(path, value, sort_keys=sort_keys, default=str, ensure_ascii=False)
+def test_predictions_path(context: ScoreContext, task: str, split: str, extension: str) -> str:
+    """Official `test_predictions/<task>_<split>_<trial>_predictions` (with our extension)."""
+    return os.path.join(context.output_dir, TEST_PREDICTIONS_DIR,
+                        f"{task}_{split}_{context.trial}_predictions.{extension}")
+
+
+def write_test_predictions(path: str, rows: List[str], header: str) -> str:
+    """Writes `header` and `rows` (one line each) to `path` atomically; returns path."""
+    atomic.write_text(path, header + "\n" + "".join(row + "\n" for row in rows))
     return path

@@ -3,8 +3,8 @@
 
 Readers (the trainer's resume, export, the converters, fine-tuning) go through
 `checkpoint_to_read` / `latest_good_checkpoint`, so a damaged newer checkpoint is skipped with a
-warning naming it (and the tensor that is damaged) everywhere alike. `electra_tf.training.run_dir`
-imports these names: use either.
+warning naming it (and the tensor that is damaged) everywhere alike. What a checkpoint holds, under
+which keys, is `run_checkpoint`'s.
 
 TensorFlow is imported only by the functions that read checkpoints.
 """
@@ -31,6 +31,22 @@ INIT_CHECKPOINT_DIR = "init_checkpoint"
 _STEP_KEYS = ("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE",
               "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE",
               "step/.ATTRIBUTES/VARIABLE_VALUE")
+
+
+def run_checkpoint(model, *, step=None, **state):
+    """A `tf.train.Checkpoint` of the run's layout: the pretrainer under `model`, and either the
+    imported step counter under `step` (`from-google`, `_STEP_KEYS`) or the trainer's `state`
+    (optimizer, RNG states, data position).
+
+    Every writer and reader of a run's checkpoints builds it here, so their keys agree; a reader
+    given only `model` reads the weights of any of them (with `expect_partial`).
+    """
+    import tensorflow as tf
+
+    items = {"model": model, **state}
+    if step is not None:
+        items["step"] = step
+    return tf.train.Checkpoint(**items)
 
 
 def checkpoint_number(path: str) -> int:

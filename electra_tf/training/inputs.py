@@ -18,7 +18,7 @@ from typing import Dict, NamedTuple, Optional
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import pipeline
+from electra_tf.data import integrity, pipeline
 # Re-exported: the trainer calls them through this module.
 from electra_tf.training.dataset_checks import check_datasets, record_plan  # noqa: F401
 
@@ -74,7 +74,7 @@ def train_data_key(config: PretrainingConfig, split: InputSplit, plan: Optional[
     batch size fails at the first step; rebuilt shards would resume mid-record).
     """
     files = [(os.path.basename(f), tf.io.gfile.stat(f).length)
-             for f in pipeline.list_files(config.pretrain_tfrecords)]
+             for f in integrity.list_files(config.pretrain_tfrecords)]
     key = {"files": files, "global_batch": config.train_batch_size,
            "replicas": split.context.num_replicas_in_sync,
            "input_pipelines": split.context.num_input_pipelines,

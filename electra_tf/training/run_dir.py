@@ -12,10 +12,8 @@
       finetuning_models/, results/        fine-tuned models and their results (run_finetuning.py)
 
 Everything that writes the directory as a whole (`prepare`, `copy_dataset_manifest`,
-`remove_run`, `write_imported`) or reads it (`tokenization_settings`, `checkpoint_to_read`,
-`load_run`) is here, so the trainer, the exporters, the converters and fine-tuning agree on it;
-finding, checking and repairing its checkpoint files is in `training.checkpoint_files` (its
-names are imported here).
+`remove_run`, `write_imported`) or reads it (`tokenization_settings`, `load_run`) is here, so
+the trainer, the exporters, the converters and fine-tuning agree on it; finding, checking and repairing its checkpoint files is in `training.checkpoint_files`.
 Problems are `TrainingError`s naming the path.
 
 TensorFlow is imported only by the functions that read or write checkpoints, so the names serve
@@ -35,11 +33,13 @@ from electra_tf import atomic
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.locking import LOCK_NAME, DirectoryLock, current_holder, describe, held_here
-from electra_tf.training.checkpoint_files import (  # noqa: F401 (the run directory's API)
-    CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, CheckpointToRead,
-    checkpoint_candidates, checkpoint_number, checkpoint_problem, checkpoint_state_problem,
-    checkpoint_step, checkpoint_to_read, enforce_retention, latest_good_checkpoint,
-    remove_leftovers, repair_checkpoint_state)
+from electra_tf.training import checkpoint_files
+# Transitional (issue 36): training/checkpointing.py, trainer.py and portable_trainer.py still read
+# these names through this module; once they import them from `checkpoint_files`, this goes.
+from electra_tf.training.checkpoint_files import (  # noqa: F401
+    CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, checkpoint_number,
+    checkpoint_to_read, enforce_retention, latest_good_checkpoint, remove_leftovers,
+    repair_checkpoint_state)
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -69,10 +69,11 @@ _RUN_MARKER_KEYS = ("model_name", "model_size", "max_seq_length", "vocab_size")
 # Every top-level name a run directory may hold (`is_run_entry`): what `--overwrite` may delete.
 _RUN_ENTRIES = frozenset((
     CONFIG_NAME, VOCAB_NAME, DATASET_MANIFEST_COPY, EVAL_RESULTS_NAME, EVAL_SUMMARY_DIR,
-    CHECKPOINT_STATE_NAME, WORKER_CHECKPOINT_DIR, INIT_CHECKPOINT_DIR, EXPORT_DIR, FINETUNING_MODELS_DIR,
-    FINETUNING_RESULTS_DIR, LOCK_NAME))
+    checkpoint_files.CHECKPOINT_STATE_NAME, WORKER_CHECKPOINT_DIR, checkpoint_files.INIT_CHECKPOINT_DIR,
+    EXPORT_DIR, FINETUNING_MODELS_DIR, FINETUNING_RESULTS_DIR, LOCK_NAME))
 _RUN_ENTRY_PATTERN = re.compile(
-    r"^(ckpt-\d+(\.index|\.data-\d+-of-\d+|_temp|\.npz)"  # checkpoints (.npz: JAX / PyTorch)
+    # checkpoints (.npz: JAX / PyTorch)
+    rf"^({re.escape(checkpoint_files.CHECKPOINT_PREFIX)}-\d+(\.index|\.data-\d+-of-\d+|_temp|\.npz)"
     r"|checkpoint\.tmp[0-9a-f]*"  # TensorFlow's temporary state file
     r"|events\.out\.tfevents\..*"  # TensorBoard
     r"|\..+\.tmp-[a-z0-9_]+(\.old)?)$")  # an interrupted atomic write (electra_tf.atomic)
@@ -291,14 +292,14 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
     """
     import tensorflow as tf
 
-    init_dir = os.path.join(output_dir, INIT_CHECKPOINT_DIR)
+    init_dir = os.path.join(output_dir, checkpoint_files.INIT_CHECKPOINT_DIR)
     if os.path.exists(init_dir) and not overwrite:  # the caller checked; a concurrent writer
         raise TrainingError(f"{init_dir} appeared while converting; not replacing it")
     with atomic.atomic_path(init_dir, directory=True) as staging:
         step = tf.Variable(global_step, dtype=tf.int64, trainable=False)
-        checkpoint = tf.train.Checkpoint(model=model, step=step)
+        checkpoint = checkpoint_files.run_checkpoint(model, step=step)
         tf.train.CheckpointManager(checkpoint, staging, max_to_keep=1,
-                                   checkpoint_name=CHECKPOINT_PREFIX).save(checkpoint_number=0)
+                                   checkpoint_name=checkpoint_files.CHECKPOINT_PREFIX).save(checkpoint_number=0)
     config.save(os.path.join(output_dir, CONFIG_NAME))
     vocab_out = os.path.join(output_dir, VOCAB_NAME)
     if os.path.abspath(vocab_file) != os.path.abspath(vocab_out):
@@ -420,15 +421,16 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         saved = portable_checkpoint.restore(portable, model, None)
         logger.info("read %s (step %d) with the model of %s", portable, saved.step, config_path)
         return LoadedRun(config, vocab, model, portable, saved.step)
-    found = checkpoint_to_read(model_dir, checkpoint)
+    found = checkpoint_files.checkpoint_to_read(model_dir, checkpoint)
     if found is None:
-        raise TrainingError(f"no checkpoint in {model_dir} (nor in {INIT_CHECKPOINT_DIR}/): train "
+        raise TrainingError(f"no checkpoint in {model_dir} (nor in {checkpoint_files.INIT_CHECKPOINT_DIR}/): train "
                             "first, import one with from-google, or pass --checkpoint")
     try:
-        tf.train.Checkpoint(model=model).restore(found.path).expect_partial().assert_existing_objects_matched()
+        checkpoint_files.run_checkpoint(model).restore(
+            found.path).expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
         raise TrainingError(f"checkpoint {found.path} does not match {config_path}: "
                             f"{error_line(e)}") from None
-    step = checkpoint_step(found.path)
+    step = checkpoint_files.checkpoint_step(found.path)
     logger.info("read %s (step %d) with the model of %s", found.path, step, config_path)
     return LoadedRun(config, vocab, model, found.path, step)

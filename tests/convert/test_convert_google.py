@@ -18,7 +18,7 @@ from electra_tf.convert import google, names
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files
 from electra_tf.vocab import load_vocab
 
 from tests import convert_fixtures as cf
@@ -104,8 +104,8 @@ def test_import_writes_the_model_dir_the_trainer_continues_from(tmp_path, vocab,
     model = ElectraPretrainer.from_pretraining_config(config, load_vocab(os.path.join(root, "vocab.txt")).special)
     model.build_from_sequence_length()
     step = tf.Variable(0, dtype=tf.int64)
-    path = tf.train.latest_checkpoint(os.path.join(root, run_dir.INIT_CHECKPOINT_DIR))
-    assert path.endswith(os.path.join(run_dir.INIT_CHECKPOINT_DIR, "ckpt-0"))
+    path = tf.train.latest_checkpoint(os.path.join(root, checkpoint_files.INIT_CHECKPOINT_DIR))
+    assert path.endswith(os.path.join(checkpoint_files.INIT_CHECKPOINT_DIR, "ckpt-0"))
     tf.train.Checkpoint(model=model, step=step).restore(path).assert_existing_objects_matched()
     assert int(step.numpy()) == 4000
     restored = names.get_official_weights(model)

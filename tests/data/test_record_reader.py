@@ -425,7 +425,7 @@ def test_damaged_record_stops_both_at_the_same_batch_naming_it(tmp_path, damage,
     assert f"{shard}: corrupted or truncated TFRecord file at record #123 " \
            f"(byte {offsets[123]}" in str(error)
     # The trainer's error path names the same file.
-    assert shard in pipeline.find_bad_file(pattern, L)
+    assert shard in integrity.find_bad_file(pattern, L)
 
 
 def test_malformed_record_fails_at_the_batch_that_holds_it(tmp_path):

@@ -17,7 +17,7 @@ from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.pretrained import PretrainedError, load_pretrained
-from electra_tf.finetuning.classification import ClassificationTask
+from electra_tf.finetuning.classification.task import ClassificationTask
 from electra_tf.vocab import REQUIRED_TOKENS
 from tests.finetuning_fixtures import TINY_MODEL, corpus_tasks_dir, tiny_pretrained
 

@@ -14,7 +14,7 @@ from electra_tf.finetuning.qa.decoding import (BasicTokenCache, Decoder, detoken
                                                get_final_text, window_candidates)
 from electra_tf.finetuning.qa.features import (Window, WindowInfo, doc_windows, featurize,
                                                improve_answer_span, max_context)
-from electra_tf.finetuning.tasks import DataFileError
+from electra_tf.finetuning.task_files import DataFileError
 from tests.finetuning_fixtures import squad_file, tokenizer_for
 
 WORDS = ["the", "leader", "was", "john", "smith", "1895", "1943", "what", "year", "born", "cat",

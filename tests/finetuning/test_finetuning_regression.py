@@ -11,7 +11,7 @@ from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.regression.metrics import average_ranks, regression_metrics
 from electra_tf.finetuning.regression.sts import STSTask, read_sts
 from electra_tf.finetuning.task import ScoreContext
-from electra_tf.finetuning.tasks import DataFileError
+from electra_tf.finetuning.task_files import DataFileError
 from tests.finetuning_fixtures import (REPO_ROOT, TINY_MODEL, corpus_tasks_dir, tokenizer_for)
 
 HEADER = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore\n"

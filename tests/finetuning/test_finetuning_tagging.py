@@ -18,7 +18,7 @@ from electra_tf.finetuning.tagging.conll import read_conll
 from electra_tf.finetuning.tagging.metrics import span_f1
 from electra_tf.finetuning.tagging.serving import TaggingEncoder
 from electra_tf.finetuning.tagging.spans import TagError, bioes_tags, span_labels, to_bioes
-from electra_tf.finetuning.tasks import DataFileError
+from electra_tf.finetuning.task_files import DataFileError
 from electra_tf.vocab import load_vocab
 from tests.finetuning_fixtures import (REAL_CORPUS, REAL_VOCAB, REPO_ROOT, TINY_MODEL,
                                        corpus_tasks_dir, need_real_data, tokenizer_for)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import run_pretraining
 from electra_tf import cli
+from electra_tf.commands import pretrain
 from electra_tf.config import HPARAM_NAMES, ConfigError, PretrainingConfig
 from tests import pretraining_fixtures as fx
 
@@ -128,16 +129,16 @@ def test_user_error_exit_code_in_a_real_process(tmp_path):
 # --model-size
 # ------------------------------------------------------------------------------------------------
 def test_model_size_shortcut():
-    base = cli.pretraining_config_from_args(run_pretraining.parse_args(["--model-size", "base"]))
+    base = pretrain.pretraining_config_from_args(run_pretraining.parse_args(["--model-size", "base"]))
     assert base.model_size == "base"
     assert (base.embedding_size, base.max_seq_length, base.train_batch_size) == (768, 512, 256)
-    small = cli.pretraining_config_from_args(run_pretraining.parse_args([]))
+    small = pretrain.pretraining_config_from_args(run_pretraining.parse_args([]))
     assert small.model_size == "small" and small.embedding_size == 128
-    agree = cli.pretraining_config_from_args(run_pretraining.parse_args(
+    agree = pretrain.pretraining_config_from_args(run_pretraining.parse_args(
         ["--model-size", "large", "--hparams", '{"model_size": "large", "max_seq_length": 128}']))
     assert agree.model_size == "large" and agree.max_seq_length == 128  # hparams win
     with pytest.raises(ConfigError, match="--model-size base contradicts"):
-        cli.pretraining_config_from_args(run_pretraining.parse_args(
+        pretrain.pretraining_config_from_args(run_pretraining.parse_args(
             ["--model-size", "base", "--hparams", '{"model_size": "small"}']))
 
 

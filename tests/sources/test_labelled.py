@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from electra_tf.sources import fetch, labelled
-from electra_tf.finetuning.tasks import load_task
+from electra_tf.finetuning.classification.data import load_task
 
 
 def test_bbc_reader_dedupes_whitespace_variants_and_decodes_cp1252():

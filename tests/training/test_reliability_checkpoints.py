@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import ConfigError
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files
 from electra_tf.training import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
@@ -99,7 +99,7 @@ def test_damaged_latest_checkpoint_falls_back_to_previous_good_one(original, dat
     assert trainer.step == 4
     assert trainer.weights_fingerprint() == original["fingerprint"]
     # The rewritten ckpt-4 is intact again.
-    assert run_dir.checkpoint_problem(bad) is None
+    assert checkpoint_files.checkpoint_problem(bad) is None
 
 
 def test_state_file_naming_a_missing_checkpoint_is_not_a_fresh_start(original, data_dir, caplog):
@@ -125,10 +125,10 @@ def test_a_relative_run_directory_finds_its_checkpoints_without_warnings(origina
     under it once, not as `models/x/models/x/ckpt-N` reported corrupted."""
     parent, name = os.path.split(original["model_dir"])
     monkeypatch.chdir(parent)
-    assert run_dir.checkpoint_candidates(name) == [os.path.join(name, f"ckpt-{step}")
+    assert checkpoint_files.checkpoint_candidates(name) == [os.path.join(name, f"ckpt-{step}")
                                                    for step in (4, 2, 0)]
     with caplog.at_level(logging.WARNING, logger="electra_tf"):
-        assert run_dir.latest_good_checkpoint(name) == os.path.join(name, "ckpt-4")
+        assert checkpoint_files.latest_good_checkpoint(name) == os.path.join(name, "ckpt-4")
     assert [r.getMessage() for r in caplog.records] == []
 
 

@@ -40,7 +40,7 @@ def _garble(path):
 def test_garbled_shard_is_refused_at_start_with_verify(tmp_path):
     data_dir, shard = _dataset(tmp_path, "garbled")
     _garble(shard)
-    with pytest.raises(pipeline.DataError, match=rf"{shard}: corrupted or truncated TFRecord"):
+    with pytest.raises(integrity.DataError, match=rf"{shard}: corrupted or truncated TFRecord"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
     assert not os.path.exists(os.path.join(data_dir, "models"))  # refused before writing
 
@@ -59,12 +59,12 @@ def test_truncated_shard_is_refused_at_start(tmp_path):
     data_dir, shard = _dataset(tmp_path, "truncated")
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) - 100)
-    with pytest.raises(pipeline.DataError, match=os.path.basename(shard)):
+    with pytest.raises(integrity.DataError, match=os.path.basename(shard)):
         trainer_lib.Trainer(fx.tiny_config(data_dir))
     # Without a manifest (data from another tool), verify still names the file.
     os.remove(os.path.join(os.path.dirname(shard), tfrecord_io.MANIFEST_NAME))
-    with pytest.raises(pipeline.DataError, match=rf"{shard}: corrupted or truncated"):
-        pipeline.validate_dataset(os.path.join(os.path.dirname(shard), "pretrain_data.tfrecord*"),
+    with pytest.raises(integrity.DataError, match=rf"{shard}: corrupted or truncated"):
+        integrity.validate_dataset(os.path.join(os.path.dirname(shard), "pretrain_data.tfrecord*"),
                                   max_seq_length=fx.MAX_SEQ_LENGTH, vocab_sha256="", vocab_size=100,
                                   verify=True)
 
@@ -94,7 +94,7 @@ def test_wrong_feature_name_is_refused_naming_the_file(tmp_path):
         return example
 
     _rewrite_shard(shard, rename)
-    with pytest.raises(pipeline.DataError, match=rf"{shard}: .*segment_ids of length 32"):
+    with pytest.raises(integrity.DataError, match=rf"{shard}: .*segment_ids of length 32"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -107,7 +107,7 @@ def test_wrong_feature_length_is_refused_naming_the_file(tmp_path):
         return example
 
     _rewrite_shard(shard, shorten)
-    with pytest.raises(pipeline.DataError, match=rf"{shard}: .*of length 32"):
+    with pytest.raises(integrity.DataError, match=rf"{shard}: .*of length 32"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -117,7 +117,7 @@ def test_record_count_must_match_the_manifest(tmp_path):
     manifest = json.load(open(manifest_path))
     manifest["splits"]["train"]["shards"][1]["examples"] += 1
     json.dump(manifest, open(manifest_path, "w"))
-    with pytest.raises(pipeline.DataError, match=rf"{shard} holds 40 records but its manifest lists 41"):
+    with pytest.raises(integrity.DataError, match=rf"{shard} holds 40 records but its manifest lists 41"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -182,7 +182,7 @@ def test_skip_bad_records_drops_exactly_the_malformed_records(tmp_path):
     assert integrity.scan_file(shard, fx.MAX_SEQ_LENGTH).bad_indices == (3, 17, 39)
     # Refusing a file (verify_tfrecords) needs only the first bad record.
     assert integrity.scan_file(shard, fx.MAX_SEQ_LENGTH, stop_at_first=True).bad_indices == (3,)
-    summary = pipeline.validate_dataset(
+    summary = integrity.validate_dataset(
         os.path.join(data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*"),
         max_seq_length=fx.MAX_SEQ_LENGTH, vocab_sha256=_vocab_sha(data_dir),
         vocab_size=fx.VOCAB_SIZE, skip_bad_records=True)
@@ -198,7 +198,7 @@ def test_skip_bad_records_drops_exactly_the_malformed_records(tmp_path):
 def test_record_plan_without_damage_keeps_the_data_order(tmp_path):
     data_dir, _ = _dataset(tmp_path, "undamaged_plan")
     patterns = os.path.join(data_dir, "pretrain_tfrecords", "pretrain_data.tfrecord*")
-    summary = pipeline.validate_dataset(patterns, max_seq_length=fx.MAX_SEQ_LENGTH,
+    summary = integrity.validate_dataset(patterns, max_seq_length=fx.MAX_SEQ_LENGTH,
                                         vocab_sha256=_vocab_sha(data_dir), vocab_size=fx.VOCAB_SIZE,
                                         skip_bad_records=True)
     assert summary["skipped_records"] == 0 and summary["problems"] == []
@@ -228,7 +228,7 @@ def test_skip_bad_records_refuses_data_with_no_good_record(tmp_path):
     for path in glob.glob(os.path.join(os.path.dirname(shard), "pretrain_data.tfrecord*")):
         with open(path, "r+b") as f:
             f.write(b"\xff" * 32)  # the first record's header: nothing readable
-    with pytest.raises(pipeline.DataError, match="no readable example"):
+    with pytest.raises(integrity.DataError, match="no readable example"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, skip_bad_records=True))
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from electra_tf import cli
 from electra_tf.errors import Preempted
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files
 from electra_tf.training import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
@@ -53,7 +53,7 @@ def test_stop_request_stops_a_compiled_loop_at_the_next_step(data_dir):
     step = int(STOPPED.search(str(raised.value)).group(1))
     assert 3 < step < long_chunk + 2  # inside the 2000-step compiled loop, not at its end
     assert trainer.step == step
-    assert run_dir.checkpoint_number(trainer.checkpointer.latest) == step
+    assert checkpoint_files.checkpoint_number(trainer.checkpointer.latest) == step
     # A stop requested before the loop starts: no step is run, the step is saved.
     with pytest.raises(Preempted):
         trainer.train()

@@ -18,7 +18,7 @@ import pytest
 
 import run_pretraining
 from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
@@ -175,7 +175,7 @@ def test_damaged_state_file_falls_back_to_the_newest_intact_checkpoint(
     trainer.train()
     trainer.close()
     assert tf.train.latest_checkpoint(model_dir) == os.path.join(model_dir, "ckpt-4")
-    assert run_dir.checkpoint_state_problem(model_dir) is None
+    assert checkpoint_files.checkpoint_state_problem(model_dir) is None
 
 
 # ------------------------------------------------------------------------------------------------

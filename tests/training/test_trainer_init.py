@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from electra_tf.convert import google, names
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files
 from electra_tf.training.trainer import Trainer, TrainingError
 from tests import convert_fixtures, pretraining_fixtures
 
@@ -66,4 +66,4 @@ def test_imported_run_with_other_structural_hparams_is_refused(imported):
 
 
 def test_init_checkpoint_dir_name_is_shared_with_the_converter():
-    assert run_dir.INIT_CHECKPOINT_DIR == "init_checkpoint"
+    assert checkpoint_files.INIT_CHECKPOINT_DIR == "init_checkpoint"

@@ -8,3 +8,14 @@ offsets), `features` (WordPiece alignment, answer refinement, `doc_stride` windo
 MRQA evaluation), `task` (the `FinetuningTask`), `serving` (the exported question + context
 signature, decoding in-graph).
 """
+
+SQUAD_TASKS = ("squad", "squadv1")
+MRQA_TASKS = ("newsqa", "naturalqs", "triviaqa", "searchqa")
+TASK_NAMES = SQUAD_TASKS + MRQA_TASKS
+
+
+def build_task(name: str, config, pretrained, tokenizer, text_encoder):
+    """The `QATask` of the official name `name`."""
+    del pretrained, text_encoder  # QA windows its contexts with the run's Tokenizer
+    from electra_tf.finetuning.qa.task import QATask
+    return QATask(name, config, tokenizer)

@@ -34,7 +34,7 @@ import json
 import logging
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from electra_tf.finetuning.tasks import DataFileError, _decoded_lines
+from electra_tf.finetuning.task_files import DataFileError, decoded_lines
 
 logger = logging.getLogger("electra_tf")
 
@@ -244,7 +244,7 @@ class _Builder:
 
 
 def _load_json(path: str) -> Any:
-    text = "\n".join(_decoded_lines(path))
+    text = "\n".join(decoded_lines(path))
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -271,7 +271,7 @@ def read_mrqa(path: str, split: str, skip_bad_answers: bool = False,
     """Reads an MRQA JSON Lines file (module docstring); gold = {qid: answers} of every line."""
     builder = _Builder(path, split, False, skip_bad_answers)
     gold: Dict[str, List[str]] = {}
-    lines = _decoded_lines(path)
+    lines = decoded_lines(path)
     for index, line in enumerate(lines):
         if max_lines is not None and index >= max_lines:
             break

@@ -22,22 +22,24 @@ import logging
 import os
 from typing import Dict, Optional
 
+from electra_tf import atomic
 from electra_tf.config import ConfigError
 from electra_tf.data.tokenization import Tokenizer
-from electra_tf.finetuning.classification import test_predictions_path
-from electra_tf.finetuning.qa import evaluation
+from electra_tf.finetuning.qa import MRQA_TASKS, evaluation
 from electra_tf.finetuning.qa.data import DEBUG_MRQA_LINES, QASplit, read_mrqa, read_squad
 from electra_tf.finetuning.qa.decoding import BasicTokenCache, Decoder, Prediction
 from electra_tf.finetuning.qa.features import QAFeatures, featurize
-from electra_tf.finetuning.registry import MRQA_TASKS
 from electra_tf.finetuning.task import (QUESTION_ANSWERING, EvalSet, FeatureSpec, FinetuningTask,
-                                        ScoreContext, write_json_atomically)
-from electra_tf.finetuning.tasks import DataFileError, _task_directory
+                                        ScoreContext, test_predictions_path)
+from electra_tf.finetuning.task_files import DataFileError, task_directory
 
 logger = logging.getLogger("electra_tf")
 
 SPLITS = ("train", "dev", "test")
 SQUAD_V1_VERSION = "1.1"
+# The prediction files as the official writer leaves them (file order; eval metrics sorted).
+_UNSORTED = dict(sort_keys=False, default=str, ensure_ascii=False)
+_SORTED = dict(_UNSORTED, sort_keys=True)
 
 
 class QAEvalPayload:
@@ -72,7 +74,7 @@ class QATask(FinetuningTask):
         self.tokenizer = tokenizer
         self.v2 = name == "squad"
         self.mrqa = name in MRQA_TASKS
-        self.directory = _task_directory(config.raw_data_dir, name, None)
+        self.directory = task_directory(config.raw_data_dir, name)
         self.basic_tokens = BasicTokenCache(tokenizer.do_lower_case, tokenizer.strip_accents)
         self.splits: Dict[str, QASplit] = {}
         for split in SPLITS:
@@ -175,20 +177,21 @@ class QATask(FinetuningTask):
         qa_dir = os.path.join(context.output_dir, f"{context.tasks_str}_qa")
         prefix = self.name if eval_set.labelled else f"{self.name}_{eval_set.split}"
         # In file order, as the official writer.
-        write_json_atomically(os.path.join(qa_dir, f"{prefix}_preds.json"), preds, False)
+        atomic.write_json(os.path.join(qa_dir, f"{prefix}_preds.json"), preds, **_UNSORTED)
         if null_odds is not None:
-            write_json_atomically(os.path.join(qa_dir, f"{prefix}_null_odds.json"), null_odds,
-                                  False)
+            atomic.write_json(os.path.join(qa_dir, f"{prefix}_null_odds.json"), null_odds,
+                              **_UNSORTED)
         if not eval_set.labelled:
             final = dict(preds)
             if null_odds is not None:
                 threshold = self.config.qa_na_threshold
                 final = {q: ("" if null_odds[q] > threshold else t) for q, t in preds.items()}
-            write_json_atomically(test_predictions_path(context, self.name, eval_set.split,
-                                                        "json"), final, False)
+            atomic.write_json(test_predictions_path(context, self.name, eval_set.split, "json"),
+                              final, **_UNSORTED)
             return None
         metrics = self.evaluate(payload.data, preds, null_odds)
-        write_json_atomically(os.path.join(qa_dir, f"{self.name}_eval.json"), metrics)
+        atomic.write_json(os.path.join(qa_dir, f"{self.name}_eval.json"), metrics,
+                          **_SORTED)
         return metrics
 
     def serving(self, model):

@@ -24,18 +24,19 @@ the 0-5 scale a GLUE submission wants.
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from electra_tf.finetuning.classification import (DEBUG_MAX_LINES, EVAL_SPLITS,
-                                                  test_predictions_path, write_test_predictions)
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import sentence_serving
 from electra_tf.finetuning.regression.metrics import regression_metrics
-from electra_tf.finetuning.task import (REGRESSION, EvalSet, FeatureSpec, FinetuningTask,
-                                        ScoreContext)
-from electra_tf.finetuning.tasks import DataFileError, _task_directory, read_rows, split_file
+from electra_tf.finetuning.task import (EVAL_SPLITS, REGRESSION, EvalSet, FeatureSpec,
+                                        FinetuningTask, ScoreContext, test_predictions_path,
+                                        write_test_predictions)
+from electra_tf.finetuning.task_files import (DEBUG_MAX_LINES, DataFileError, read_rows,
+                                              task_directory)
 
 MIN_VALUE, MAX_VALUE = 0.0, 5.0  # official STS range
 
@@ -116,11 +117,12 @@ class STSTask(FinetuningTask):
     def __init__(self, name: str, config, text_encoder: TextEncoder):
         super().__init__(name, config)
         self.text_encoder = text_encoder
-        self.directory = _task_directory(config.raw_data_dir, name, _STS_FILES)
+        self.directory = task_directory(config.raw_data_dir, name, _STS_DIR_NAMES)
         max_lines = DEBUG_MAX_LINES if config.debug else None
         self.examples: Dict[str, Optional[List[PairExample]]] = {}
         for split in ("train",) + EVAL_SPLITS:
-            path = split_file(self.directory, split, _STS_FILES)
+            path = os.path.join(self.directory, f"{split}.tsv")  # GLUE's STS-B names
+            path = path if os.path.isfile(path) else None
             if path is None and split == "train":
                 raise DataFileError(f"task 'sts': no train.tsv in {self.directory}")
             self.examples[split] = read_sts(path, split, max_lines) if path else None
@@ -174,12 +176,5 @@ class STSTask(FinetuningTask):
         return sentence_serving(model, self.name, self.text_encoder, True, postprocess)
 
 
-class _STSFiles(NamedTuple):
-    """`tasks.split_file`'s and `_task_directory`'s view of the STS files (GLUE layout)."""
-
-    dev_file: str = "dev.tsv"
-    test_file: str = "test.tsv"
-    dir_names: tuple = ("STS-B", "sts-b", "stsb")
-
-
-_STS_FILES = _STSFiles()
+# The GLUE distribution's spellings of the task directory.
+_STS_DIR_NAMES = ("STS-B", "sts-b", "stsb")

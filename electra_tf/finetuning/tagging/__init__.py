@@ -5,3 +5,12 @@ Modules: `conll` (the reader), `spans` (official span extraction and BIOES encod
 gathered first sub-tokens, summed cross-entropy), `metrics` (span F1), `chunk` (the task),
 `serving` (the exported raw-text signature).
 """
+
+TASK_NAMES = ("chunk",)
+
+
+def build_task(name: str, config, pretrained, tokenizer, text_encoder):
+    """The `ChunkingTask` of the official name `name`."""
+    del tokenizer, text_encoder  # tagging builds its own Tokenizer (casing: `tagging_cased`)
+    from electra_tf.finetuning.tagging.chunk import ChunkingTask
+    return ChunkingTask(name, config, pretrained)

@@ -26,7 +26,7 @@ from electra_tf.finetuning.tagging import features as features_lib
 from electra_tf.finetuning.tagging.conll import DEBUG_MAX_SENTENCES, Sentence, read_conll
 from electra_tf.finetuning.tagging.metrics import span_f1
 from electra_tf.finetuning.tagging.spans import to_bioes
-from electra_tf.finetuning.tasks import DataFileError, _task_directory
+from electra_tf.finetuning.task_files import DataFileError, task_directory
 
 SPLITS = ("train", "dev", "test")
 
@@ -44,7 +44,7 @@ class ChunkingTask(FinetuningTask):
 
     def __init__(self, name: str, config, pretrained):
         super().__init__(name, config)
-        self.directory = _task_directory(config.raw_data_dir, name, None)
+        self.directory = task_directory(config.raw_data_dir, name)
         cased = config.tagging_cased
         self.tokenizer = Tokenizer(
             pretrained.vocab,

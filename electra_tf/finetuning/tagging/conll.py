@@ -20,7 +20,7 @@ import logging
 from typing import List, NamedTuple, Optional, Tuple
 
 from electra_tf.finetuning.tagging.spans import TagError, split_tag
-from electra_tf.finetuning.tasks import DataFileError, _decoded_lines
+from electra_tf.finetuning.task_files import DataFileError, decoded_lines
 
 logger = logging.getLogger("electra_tf")
 
@@ -59,7 +59,7 @@ def read_conll(path: str, max_sentences: Optional[int] = None,
     words, tags = [], []
     first_line = None
     width = None
-    lines = _decoded_lines(path)
+    lines = decoded_lines(path)
     if lines and lines[-1] == "":
         lines.pop()
     for number, line in enumerate(lines, start=1):

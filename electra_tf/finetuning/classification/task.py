@@ -1,4 +1,4 @@
-"""Classification as a `FinetuningTask`: GLUE and generic TSV/CSV tasks (files: `tasks.py`).
+"""Classification as a `FinetuningTask`: GLUE and generic TSV/CSV tasks (files: `data.py`).
 
 Features: the pair layout of `encoding.TextEncoder` plus `label_ids`. Metrics (official units,
 percent): `accuracy`, `f1` (binary tasks), `macro_f1`, `mcc` (`metrics.py`) and `loss` (the mean
@@ -8,38 +8,19 @@ cross-entropy, as the official scorers report it). Unlabelled test files are pre
 
 from __future__ import annotations
 
-import os
 from typing import Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from electra_tf.finetuning import metrics as metrics_lib
+from electra_tf.finetuning.classification.data import Example, Task, load_task
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.finetuning.export import sentence_serving
-from electra_tf.finetuning.task import (CLASSIFICATION, EvalSet, FeatureSpec, FinetuningTask,
-                                        ScoreContext)
-from electra_tf.finetuning.tasks import Example, Task, load_task
-
-EVAL_SPLITS = ("dev", "test")
-TEST_PREDICTIONS_DIR = "test_predictions"
-# Official `debug`: the GLUE/STS readers see only the first 100 physical lines of each file.
-DEBUG_MAX_LINES = 100
-
-
-def write_test_predictions(path: str, rows: List[str], header: str) -> str:
-    """Writes `header` and `rows` (one line each) to `path` atomically; returns path."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(header + "\n" + "".join(row + "\n" for row in rows))
-    os.replace(path + ".tmp", path)
-    return path
-
-
-def test_predictions_path(context: ScoreContext, task: str, split: str, extension: str) -> str:
-    """Official `test_predictions/<task>_<split>_<trial>_predictions` (with our extension)."""
-    return os.path.join(context.output_dir, TEST_PREDICTIONS_DIR,
-                        f"{task}_{split}_{context.trial}_predictions.{extension}")
+from electra_tf.finetuning.task import (CLASSIFICATION, EVAL_SPLITS, EvalSet, FeatureSpec,
+                                        FinetuningTask, ScoreContext, test_predictions_path,
+                                        write_test_predictions)
+from electra_tf.finetuning.task_files import DEBUG_MAX_LINES
 
 
 class ClassificationTask(FinetuningTask):

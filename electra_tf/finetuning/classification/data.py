@@ -34,22 +34,16 @@ empty text, a label unknown at dev/test time, undecodable UTF-8.
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from electra_tf.errors import ElectraError
+from electra_tf.finetuning.task_files import DataFileError, read_rows, task_directory
 
 TEXT_COLUMN = "text"
 TEXT_B_COLUMN = "text_b"
 LABEL_COLUMN = "label"
 SPLIT_NAMES = ("train", "dev", "test")
 GENERIC_EXTENSIONS = (".tsv", ".csv")
-
-
-class DataFileError(ElectraError, ValueError):
-    """A task data file is missing or malformed; the message names file and line."""
 
 
 class Example(NamedTuple):
@@ -140,16 +134,6 @@ def canonical_task_name(name: str) -> str:
     return TASK_ALIASES.get(lower, lower)
 
 
-def _task_directory(raw_data_dir: str, name: str, glue: Optional[GlueLayout]) -> str:
-    candidates = [name, name.lower()] + (list(glue.dir_names) if glue else [])
-    for candidate in candidates:
-        path = os.path.join(raw_data_dir, candidate)
-        if os.path.isdir(path):
-            return path
-    raise DataFileError(f"task {name!r}: no data directory {os.path.join(raw_data_dir, name)} "
-                        f"(set raw_data_dir, or put the task's files there)")
-
-
 def split_file(task_dir: str, split: str, glue: Optional[GlueLayout]) -> Optional[str]:
     """The file of `split` in a task directory, or None if there is none."""
     if glue is not None:
@@ -161,64 +145,6 @@ def split_file(task_dir: str, split: str, glue: Optional[GlueLayout]) -> Optiona
     if len(found) > 1:
         raise DataFileError(f"{task_dir}: both {split}.tsv and {split}.csv exist; keep one")
     return found[0] if found else None
-
-
-# ------------------------------------------------------------------------------------------------
-# Reading rows with line numbers
-# ------------------------------------------------------------------------------------------------
-def _decoded_lines(path: str) -> List[str]:
-    with open(path, "rb") as f:
-        data = f.read()
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]  # a UTF-8 byte-order mark (spreadsheet exports)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise DataFileError(f"{path}:{line}: not valid UTF-8 (byte {data[e.start]:#04x})") from None
-    return text.split("\n")
-
-
-def read_rows(path: str, max_lines: Optional[int] = None) -> List[Tuple[int, List[str]]]:
-    """All records of a .tsv (tab-separated, no quoting) or .csv (RFC 4180) file.
-
-    Args:
-        path: str.
-        max_lines: read only the first this many physical lines (official `debug`: 100).
-
-    Returns:
-        [(line number, fields)], the header included. A final newline ends the last record;
-        any other empty line is an error.
-
-    Raises:
-        DataFileError: unreadable, empty, not UTF-8, or an empty line (names file:line).
-    """
-    if not os.path.isfile(path):
-        raise DataFileError(f"{path}: no such file")
-    lines = _decoded_lines(path)
-    if max_lines is not None and len(lines) > max_lines:
-        lines = lines[:max_lines]
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline
-    if not lines:
-        raise DataFileError(f"{path}: the file is empty")
-    rows = []
-    if path.endswith(".csv"):
-        reader = csv.reader(io.StringIO("\n".join(lines) + "\n"), strict=True)
-        try:
-            for fields in reader:
-                if not fields or all(not f.strip() for f in fields) and len(fields) == 1:
-                    raise DataFileError(f"{path}:{reader.line_num}: empty line")
-                rows.append((reader.line_num, fields))
-        except csv.Error as e:
-            raise DataFileError(f"{path}:{reader.line_num}: {e}") from None
-        return rows
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r")
-        if not line.strip():
-            raise DataFileError(f"{path}:{number}: empty line")
-        rows.append((number, line.split("\t")))
-    return rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,7 +274,7 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
                             "electra_tf/finetuning/registry.py)")
     glue = GLUE_TASKS.get(canonical)
     task_name = canonical if glue else name
-    directory = _task_directory(raw_data_dir, task_name, glue)
+    directory = task_directory(raw_data_dir, task_name, glue.dir_names if glue else ())
     train_path = split_file(directory, "train", glue)
     if train_path is None:
         expected = "train.tsv" if glue else "train.tsv or train.csv"
