@@ -7,7 +7,7 @@ TensorBoard scalars and a console line). A healthy run's dev accuracy rises abov
 value and the majority-class baseline; a collapsed discriminator's falls back towards it.
 
 - Data: the task directory is read once, when the run starts, by the fine-tuning readers
-  (`finetuning.tasks.load_task`: GLUE or generic TSV/CSV, every error naming the file), and
+  (`finetuning.classification.data.load_task`: GLUE or generic TSV/CSV, every error naming the file), and
   encoded once with the run's vocab and the tokenization the pretraining data used
   (`finetuning.encoding.TextEncoder`, truncated to `max_seq_length`). A fixed subsample (seed
   `SUBSAMPLE_SEED`, not the run's: every run of a task probes the same examples) of at most
@@ -100,7 +100,8 @@ def read_task(settings: probe_settings.ProbeSettings):
     """
     from electra_tf.finetuning.registry import task_family
     from electra_tf.finetuning.task import CLASSIFICATION
-    from electra_tf.finetuning.tasks import DataFileError, load_task
+    from electra_tf.finetuning.classification.data import load_task
+    from electra_tf.finetuning.task_files import DataFileError
 
     directory = os.path.normpath(settings.task_dir)
     raw_data_dir, name = os.path.split(directory)
