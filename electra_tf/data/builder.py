@@ -117,9 +117,9 @@ class BuildConfig:
         do_lower_case: lowercase (and, with strip_accents, strip accents) before WordPiece.
         strip_accents: strip accents (only has an effect with do_lower_case, as in BERT).
         num_out_files: number of train shards; None picks a default from the corpus size.
-        seed: seed of every random draw (packing, split, shuffle).
+        seed: seed of every random draw (packing, shuffle; the held-out split has none).
         overwrite: replace an existing dataset in output_dir (and an existing learned vocab).
-        eval_fraction: fraction of documents held out into eval shards, in [0, 1).
+        eval_fraction: share of the tokens held out into eval shards, in [0, 1) (`split`).
         learn_vocab: learn a WordPiece vocab of this size from the corpus instead of reading one.
         input_format: "text", "openwebtext" or "jsonl" (see `formats`).
         jsonl_text_field: `jsonl` input: the key of a document's text.
@@ -437,7 +437,7 @@ def _finish(config: BuildConfig, manifest: dict, long_lines: List[dict]) -> None
         atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     except OSError as e:
         raise write_error(e, MANIFEST_NAME, config.output_dir) from None
-    _warn_long_lines(config, manifest["counts"], long_lines)
+    corpus_lib.warn_long_lines(manifest["counts"], long_lines, config.max_seq_length)
     log_summary(config, manifest)
 
 
@@ -463,33 +463,6 @@ def _join_inputs(plan: Plan) -> None:
             with open(part, "rb") as f:
                 shutil.copyfileobj(f, out)
             os.remove(part)
-
-
-def _warn_long_lines(config: BuildConfig, counts: dict, long_lines: List[dict]) -> None:
-    """Warns when lines far longer than an example lost most of their text (docs/data.md).
-
-    A line is one sentence to the packer: whatever does not fit in one example of
-    max_seq_length tokens is dropped. Lines over corpus.MAX_LINE_BYTES are split into pieces
-    of that size first (each piece then fills at most one example); the warning names the
-    files and how much of their text was dropped.
-    """
-    dropped, tokens = counts["truncated_tokens"], max(counts["tokenized_tokens"], 1)
-    if long_lines:
-        first = long_lines[0]
-        lost = sum(e["truncated_tokens"] for e in long_lines)
-        total = max(sum(e["tokens"] for e in long_lines), 1)
-        logger.warning(
-            "%d line(s) longer than %d bytes in %d file(s) were split into pieces of that size, "
-            "but an example holds at most %d tokens: %d of those files' %d tokens (%.1f%%) were "
-            "dropped; first: %s (%d line(s)); put one sentence or paragraph per line",
-            counts["lines_split"], corpus_lib.MAX_LINE_BYTES, len(long_lines),
-            config.max_seq_length, lost, total, 100 * lost / total, first["file"],
-            first["lines_split"])
-    elif dropped > tokens // 2:
-        logger.warning(
-            "%d of the %d tokens read (%.1f%%) were dropped: lines longer than an example (%d "
-            "tokens) are truncated; put one sentence or paragraph per line", dropped, tokens,
-            100 * dropped / tokens, config.max_seq_length)
 
 
 def log_summary(config: BuildConfig, manifest: dict) -> None:

@@ -134,3 +134,31 @@ def test_a_manifest_without_the_split_entry_still_verifies(builds, tmp_path):
                                    vocab_sha256=vocab.sha256, vocab_size=vocab.size,
                                    split=split, verify=True)
         assert summary["num_examples"] == manifest["splits"][split]["examples"] > 0
+
+
+def test_a_file_that_changed_since_its_survey_fails_naming_it(builds, tmp_path):
+    from electra_tf.data.build_worker import BuildError, FilePacker
+    from electra_tf.data.corpus import CorpusFile, ReadStats
+    from electra_tf.data.formats import InputSettings
+    from electra_tf.data.packing import PackSettings, PackStats
+    from electra_tf.data.split import FileSplit
+
+    vocab = load_vocab(builds[0])
+    packer = FilePacker(vocab, True, True, InputSettings(),
+                        PackSettings(32, 0, FRACTION, vocab.special.unk_id), strict_input=False)
+    path = tmp_path / "f.txt"
+    path.write_text("w1 w2 w3\n\nw4 w5\n")
+    corpus_file = CorpusFile("f.txt", str(path), path.stat().st_size)
+    survey = packer.survey(corpus_file, lambda **counts: None)
+    assert survey.tokens.tolist() == [3, 2]
+
+    def pack(file_split):
+        return [split for split, _ in packer.keyed_records(
+            corpus_file, ReadStats(), PackStats(), lambda **counts: None, file_split)]
+
+    assert pack(FileSplit(frozenset({1}), 2, 5)) == ["train", "eval"]
+    path.write_text("w1 w2 w3\n\nw4 w5 w6\n")  # appended to after its survey
+    with pytest.raises(BuildError, match=r"corpus file .*f\.txt changed while the dataset was "
+                                         r"being built \(2 documents and 5 tokens when "
+                                         r"surveyed, 2 and 6 when packed\)"):
+        pack(FileSplit(frozenset({1}), 2, 5))
