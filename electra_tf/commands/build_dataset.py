@@ -97,12 +97,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
         f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
     arg("--seed", type=int, default=b.DEFAULT_SEED, help="seed of every random choice: "
-        "packing, held-out split and the global shuffle (default: %(default)s)")
+        "packing and the global shuffle (the held-out split depends on the text only) "
+        "(default: %(default)s)")
     arg("--shuffle-memory-mb", type=int, default=b.DEFAULT_SHUFFLE_MEMORY_MB, help="memory per "
         "process for sorting one bucket of the global shuffle; larger corpora use more buckets, "
         "not more memory (default: %(default)s)")
-    arg("--eval-fraction", type=float, default=b.DEFAULT_EVAL_FRACTION, help="fraction of "
-        "documents held out into eval_data.tfrecord-* shards, 0 for none (default: %(default)s)")
+    arg("--eval-fraction", type=float, default=b.DEFAULT_EVAL_FRACTION, help="share of the "
+        "corpus's tokens held out into eval_data.tfrecord-* shards, 0 for none: whole documents, "
+        "chosen by a hash of their text (not their file), so a renamed, reordered or compressed "
+        "copy holds out the same ones and copies of a document stay on one side; the share is "
+        "within 10%% of this (or one document, whichever is more; manifest.json's eval_split "
+        "records it). Builds before it held out this fraction of the documents, drawn per file "
+        "(default: %(default)s)")
     arg("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens "
         "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
     arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "

@@ -42,6 +42,7 @@ from electra_tf.data.manifest import build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, TMP_PREFIX, final_shard_names, is_our_file,
                                     temp_prefix)
 from electra_tf.data.packing import PackSettings
+from electra_tf.data.split import no_split_summary
 from electra_tf.data.tfrecord_io import MANIFEST_NAME
 from electra_tf.vocab import Vocab, VocabError, load_vocab
 
@@ -179,7 +180,7 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
         phase_start = time.monotonic()
         result = _run(beam, options, files, spec, plan.work_dir)
         phases = {"pipeline": time.monotonic() - phase_start}
-        entries, totals, shard_counts = _read_results(gfile, plan.work_dir, config)
+        entries, totals, shard_counts, eval_split = _read_results(gfile, plan.work_dir, config)
         local_builder.check_train_examples(config.corpus_dir, totals)
         shards = _install(gfile, config, plan, shard_counts, entries)
     except BaseException as e:
@@ -193,7 +194,8 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
     gfile.rmtree(plan.work_dir)
     runner_entry = _runner_entry(beam, runner, beam_args, result, totals, len(files))
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
-                              time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry)
+                              time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry,
+                              eval_split=eval_split)
     manifest["shuffle"] = {"method": "global", "engine": "beam",
                            "sort": "GroupByKey per shard, each shard sorted in worker memory"}
     try:
@@ -371,7 +373,8 @@ def _write_atomic(gfile, directory: str, name: str, text: str) -> None:
 
 
 def _read_results(gfile, work_dir: str, config):
-    """The pipeline's result files -> (inputs.jsonl entries, BuildTotals, shard counts)."""
+    """The pipeline's result files -> (inputs.jsonl entries, BuildTotals, shard counts, the
+    manifest's `eval_split`)."""
     with gfile.GFile(f"{work_dir}/files.jsonl") as f:
         per_file = sorted((json.loads(line) for line in f if line.strip()),
                           key=lambda r: r["entry"]["file"])
@@ -383,7 +386,11 @@ def _read_results(gfile, work_dir: str, config):
                 shard = json.loads(line)
                 shard_counts.setdefault(shard["split"], {})[shard["shard"]] = shard["examples"]
     totals.shard_counts.update(shard_counts)
-    return [r["entry"] for r in per_file], totals, shard_counts
+    eval_split = no_split_summary()
+    if config.eval_fraction > 0:
+        with gfile.GFile(f"{work_dir}/split.json") as f:
+            eval_split = json.loads(f.read())
+    return [r["entry"] for r in per_file], totals, shard_counts, eval_split
 
 
 def _install(gfile, config, plan: BeamPlan, shard_counts: Dict[str, Dict[int, int]],

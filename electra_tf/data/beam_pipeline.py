@@ -4,7 +4,9 @@ The graph (`add_build`), each step Beam's own work except the per-file packing, 
 local builder's (`build_worker.FilePacker`), so the two engines cannot drift apart:
 
     Create(files) -> Reshuffle -> ParDo(PackFile) -> GroupByKey((split, shard)) -> ParDo(WriteShard)
-                                       `-> per-file results -> WriteToText
+                         |             ^     `-> per-file results -> WriteToText
+                         |             | side input: the held-out split (with --eval-fraction > 0)
+                         `-> ParDo(SurveyFile) -> ToList -> Map(plan_split) -> WriteToText
 
 1. `Create` + `Reshuffle`: the corpus files (listed by the launcher, `beam_build`) are spread
    over the workers; the Reshuffle is a fusion break, so files are read in parallel on every
@@ -17,6 +19,11 @@ local builder's (`build_worker.FilePacker`), so the two engines cannot drift apa
    to Beam counters (namespace `COUNTER_NAMESPACE`), which runners show live; its per-file
    counts and problems go out as data (the `FILES_TAG` output), which is exact under retries
    on every runner (counters are not: Flink and Spark report attempted values only).
+   With a held-out split, `SurveyFile` first reads every file for its documents' keys and
+   token counts (`split.survey_file`, `FilePacker.survey`), one small record per document;
+   the records are gathered on one worker (16 bytes per document), where `split.plan_split`
+   chooses the held-out documents, as the local builder does; `PackFile` gets that plan as a
+   side input (per file: the indices of its held-out documents).
 3. `GroupByKey` on (split, shard): Beam's distributed shuffle brings each shard's records to
    one worker.
 4. `WriteShard`: sorts the shard's records by (key, record bytes) and writes them in that
@@ -35,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
@@ -47,12 +54,14 @@ from electra_tf.data.corpus import CorpusFile, ReadStats
 from electra_tf.data.formats import InputSettings
 from electra_tf.data.packing import PackSettings, PackStats
 from electra_tf.data.shuffle import shard_of
+from electra_tf.data.split import FileSurvey, SplitPlan, plan_split
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, TRAIN_PREFIX, shard_name
 from electra_tf.vocab import Vocab
 
 COUNTER_NAMESPACE = "electra_tf.build"
 # Counters PackFile and WriteShard increment (the manifest's names where they exist).
-COUNTERS = ("files", "bytes", "documents", "tokens", "examples", "problems", "written")
+COUNTERS = ("files", "bytes", "documents", "tokens", "examples", "problems", "written",
+            "surveyed_files")
 FILES_TAG = "files"
 SPLIT_PREFIXES = {"train": TRAIN_PREFIX, "eval": EVAL_PREFIX}
 _KEY_BYTES = 8  # records travel as (8-byte big-endian key) + record: bytes order = key order
@@ -108,10 +117,13 @@ class PackFile(beam.DoFn):
         self.packer.tokenizer  # noqa: B018 -- built here: once per DoFn instance, not per file
         self.report = _Counters()
 
-    def process(self, element: Tuple[str, str, int]) -> Iterator:
+    def process(self, element: Tuple[str, str, int], split_plan: Optional[SplitPlan] = None
+                ) -> Iterator:
         corpus_file = CorpusFile(*element)
         read, stats = ReadStats(), PackStats()
-        for split, batch in self.packer.keyed_records(corpus_file, read, stats, self.report):
+        file_split = split_plan.files[corpus_file.relpath] if split_plan is not None else None
+        for split, batch in self.packer.keyed_records(corpus_file, read, stats, self.report,
+                                                      file_split):
             num_shards = self.spec.num_shards[split]
             for key, record in batch:
                 yield (split, shard_of(key, num_shards)), key.to_bytes(_KEY_BYTES, "big") + record
@@ -122,6 +134,23 @@ class PackFile(beam.DoFn):
         yield beam.pvalue.TaggedOutput(FILES_TAG, json.dumps(
             {"entry": entry, "result": {"read": read_fields, "problems": len(problems),
                                         "pack": stats.to_dict()}}))
+
+
+class SurveyFile(PackFile):
+    """(relpath, path, size) -> (relpath, keys bytes, tokens bytes): the held-out split's first
+    pass over a file (`FilePacker.survey`; counted in `surveyed_files` only, so the counters
+    of the packing pass stay exact)."""
+
+    def process(self, element: Tuple[str, str, int], split_plan=None) -> Iterator:
+        corpus_file = CorpusFile(*element)
+        survey = self.packer.survey(corpus_file, lambda **counts: None)
+        self.report(surveyed_files=1)
+        yield (corpus_file.relpath,) + survey.to_bytes()
+
+
+def _plan(surveys: List[Tuple[str, bytes, bytes]], fraction: float) -> SplitPlan:
+    return plan_split([(relpath, FileSurvey.from_bytes(keys, tokens))
+                       for relpath, keys, tokens in surveys], fraction)
 
 
 class WriteShard(beam.DoFn):
@@ -154,11 +183,24 @@ class WriteShard(beam.DoFn):
 def add_build(pipeline: beam.Pipeline, files: List[Tuple[str, str, int]], spec: PackSpec,
               work_dir: str) -> None:
     """Adds the build to `pipeline`: shards and two result files (`files.jsonl`,
-    `shards.jsonl`, one JSON line per corpus file and per written shard) under `work_dir`."""
-    packed = (pipeline
+    `shards.jsonl`, one JSON line per corpus file and per written shard; with a held-out
+    split also `split.json`, the manifest's `eval_split`) under `work_dir`."""
+    spread = (pipeline
               | "ListFiles" >> beam.Create(files)
-              | "SpreadFiles" >> beam.Reshuffle()
-              | "PackFiles" >> beam.ParDo(PackFile(spec)).with_outputs(FILES_TAG, main="records"))
+              | "SpreadFiles" >> beam.Reshuffle())
+    side_inputs = []
+    if spec.pack.eval_fraction > 0:
+        split_plan = (spread
+                      | "SurveyFiles" >> beam.ParDo(SurveyFile(spec))
+                      | "GatherSurveys" >> beam.combiners.ToList()
+                      | "PlanSplit" >> beam.Map(_plan, spec.pack.eval_fraction))
+        _ = (split_plan
+             | "SplitSummary" >> beam.Map(lambda plan: json.dumps(plan.summary))
+             | "SplitResult" >> beam.io.WriteToText(f"{work_dir}/split.json",
+                                                    shard_name_template=""))
+        side_inputs.append(beam.pvalue.AsSingleton(split_plan))
+    packed = spread | "PackFiles" >> beam.ParDo(PackFile(spec), *side_inputs).with_outputs(
+        FILES_TAG, main="records")
     _ = (packed.records
          | "GroupByShard" >> beam.GroupByKey()
          | "WriteShards" >> beam.ParDo(WriteShard(work_dir, spec.num_shards))

@@ -20,6 +20,7 @@ from electra_tf.data.formats import InputSettings, Opener, iter_document_lines
 from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
+from electra_tf.data.split import FileSplit, FileSurvey, survey_file
 from electra_tf.data.tfrecord_io import ExampleSerializer
 from electra_tf.errors import ElectraError, error_line, shown_path
 from electra_tf.vocab import Vocab, load_vocab
@@ -91,30 +92,54 @@ class FilePacker:
                                         strip_accents=self.strip_accents)
         return self._tokenizer
 
+    def survey(self, corpus_file: CorpusFile, report) -> FileSurvey:
+        """The held-out split's first pass over one file: each document's key and tokens
+        (`split.survey_file`); input problems are counted by the packing pass, not here.
+
+        Raises:
+            BuildError: the file cannot be read, or (strict_input) it has an input problem.
+        """
+        read, stats = ReadStats(), PackStats()
+        lines = self._watched(iter_document_lines(corpus_file, self.input, read, self.opener),
+                              read, stats, corpus_file, report)
+
+        def counted(tokens: int) -> None:
+            stats.tokenized_tokens += tokens
+
+        try:
+            return survey_file(lines, self.tokenizer.encode_batch, counted)
+        except OSError as e:
+            raise BuildError(
+                f"cannot read corpus file {shown_path(corpus_file.path)}: {e.strerror or e}") from e
+
     def keyed_records(self, corpus_file: CorpusFile, read: ReadStats, stats: PackStats,
-                      report) -> Iterator[Tuple[str, List[Tuple[int, bytes]]]]:
+                      report, file_split: Optional[FileSplit] = None
+                      ) -> Iterator[Tuple[str, List[Tuple[int, bytes]]]]:
         """One file's examples as serialised records with their shuffle keys, in batches.
 
         Args:
             corpus_file: CorpusFile.
-            read, stats: ReadStats and PackStats, updated in place.
+            read, stats: ReadStats and PackStats (fresh for this file), updated in place.
             report: progress callback (keyword counters: bytes, documents, tokens, examples).
+            file_split: the file's held-out documents (`split.SplitPlan`); None: no split.
 
         Yields:
             (split, [(shuffle key, record), ...]): batches of one split, in packing order.
 
         Raises:
-            BuildError: the file cannot be read, or (strict_input) it has an input problem.
+            BuildError: the file cannot be read, (strict_input) it has an input problem, or it
+                changed since its survey.
         """
         bases = {split: key_base(self.pack.seed, split, corpus_file.relpath)
                  for split in self.pack.splits}
         pending: Dict[str, List[Tuple[int, PackedExample]]] = {s: [] for s in self.pack.splits}
         lines = self._watched(iter_document_lines(corpus_file, self.input, read, self.opener),
                               read, stats, corpus_file, report)
+        held_out = file_split.held_out if file_split is not None else ()
         try:
             for split, index, example in iter_examples(corpus_file.relpath, lines,
                                                        self.tokenizer.encode_batch, self.pack,
-                                                       stats):
+                                                       stats, held_out):
                 batch = pending[split]
                 batch.append((shuffle_key_from_base(bases[split], index), example))
                 if len(batch) >= self.batch_size:
@@ -123,6 +148,8 @@ class FilePacker:
         except OSError as e:
             raise BuildError(
                 f"cannot read corpus file {shown_path(corpus_file.path)}: {e.strerror or e}") from e
+        if file_split is not None:
+            _check_unchanged(corpus_file, file_split, stats)
         for split, batch in pending.items():
             if batch:
                 yield split, self._serialized(batch, report)
@@ -152,6 +179,18 @@ class FilePacker:
             first = next(iter(read.problems.values()))  # checked after every batch: the first
             raise BuildError(f"bad input in {shown_path(corpus_file.path)}: {format_problem(first)} "
                              f"(--bad-input skip counts such problems instead)")
+
+
+def _check_unchanged(corpus_file: CorpusFile, file_split: FileSplit, stats: PackStats) -> None:
+    """Raises BuildError when packing found other documents than the survey (the file changed
+    between the passes: its document indices would then hold out the wrong documents)."""
+    documents = sum(s.documents for s in stats.splits.values())
+    if (documents, stats.tokenized_tokens) != (file_split.documents, file_split.tokens):
+        raise BuildError(
+            f"corpus file {shown_path(corpus_file.path)} changed while the dataset was being "
+            f"built ({file_split.documents} documents and {file_split.tokens} tokens when "
+            f"surveyed, {documents} and {stats.tokenized_tokens} when packed); rerun the build "
+            "once it no longer changes")
 
 
 def file_summary(corpus_file: CorpusFile, read: ReadStats,
@@ -190,11 +229,21 @@ class BuildWorker:
                                  spec.pack, spec.strict_input)
 
     # -------------------------------------------------------------------------------------------
-    def pack(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
+    def survey(self, task: Tuple[int, List[CorpusFile]], report) -> List[Tuple[str, FileSurvey]]:
+        """The held-out split's first pass over a task's files: [(relpath, FileSurvey)]."""
+        surveys = []
+        for corpus_file in task[1]:
+            surveys.append((corpus_file.relpath, self.packer.survey(corpus_file, report)))
+            report(files=1)
+        return surveys
+
+    def pack(self, task: Tuple[int, List[CorpusFile], Optional[Dict[str, FileSplit]]],
+             report) -> dict:
         """Packs a task's files into this worker's bucket files.
 
         Args:
-            task: (task index, files in relpath order).
+            task: (task index, files in relpath order, their held-out documents by relpath or
+                None without a split).
             report: progress callback (keyword counters).
 
         Returns:
@@ -207,8 +256,9 @@ class BuildWorker:
             raise write_error(e, "the shuffle's temporary files", self.spec.shuffle_dir,
                               os.path.dirname(self.spec.shuffle_dir)) from None
 
-    def _pack_task(self, task: Tuple[int, List[CorpusFile]], report) -> dict:
-        task_index, files = task
+    def _pack_task(self, task: Tuple[int, List[CorpusFile], Optional[Dict[str, FileSplit]]],
+                   report) -> dict:
+        task_index, files, file_splits = task
         spec = self.spec
         writers = {split: BucketWriter(spec.shuffle_dir, split, spec.layouts[split],
                                        self.worker_id) for split in spec.pack.splits}
@@ -219,8 +269,9 @@ class BuildWorker:
         with open(inputs_part_path(spec.shuffle_dir, task_index), "w", encoding="utf-8") as part:
             for corpus_file in files:
                 file_read, file_stats = ReadStats(), PackStats()
+                file_split = file_splits[corpus_file.relpath] if file_splits else None
                 for split, batch in self.packer.keyed_records(corpus_file, file_read,
-                                                              file_stats, report):
+                                                              file_stats, report, file_split):
                     for key, record in batch:
                         writers[split].add(key, record)
                 entry, problems = file_summary(corpus_file, file_read, file_stats)

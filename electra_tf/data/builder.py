@@ -25,8 +25,9 @@ Differences from the official `build_pretraining_dataset.py` (each one deliberat
 * Shards: `num_out_files` is configurable (official: fixed 1000). Default: one shard per
   `DEFAULT_BYTES_PER_SHARD` of corpus text, at least `MIN_DEFAULT_SHARDS`, at most 1000. Shards
   that would be empty are not written and the rest are numbered consecutively.
-* Held-out split: `eval_fraction` of the documents (a seeded draw per document) go to
-  `eval_data.tfrecord-{i}-of-{m}`, m = ceil(num_out_files * eval_fraction).
+* Held-out split: documents keyed by their text and taken until they hold `eval_fraction` of
+  the tokens (`split`; a first pass over the corpus) go to `eval_data.tfrecord-{i}-of-{m}`,
+  m = ceil(num_out_files * eval_fraction). The official builder has no held-out split.
 * Input formats beyond plain text, and counted bad input (`formats`).
 * Safety: nothing is replaced without `overwrite`, temporaries are hidden, the manifest is last
   (`output`). The default data is fetched by `build_pretraining_dataset.py`, not here.
@@ -59,6 +60,7 @@ from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shard
                                     remove_temporaries, temp_prefix)
 from electra_tf.data.packing import PackSettings
 from electra_tf.data.shuffle import BucketLayout, ShuffleError
+from electra_tf.data.split import SplitPlan, no_split_summary, plan_split, split_warning
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
 from electra_tf.errors import is_utf8_path, shown_path
@@ -115,9 +117,9 @@ class BuildConfig:
         do_lower_case: lowercase (and, with strip_accents, strip accents) before WordPiece.
         strip_accents: strip accents (only has an effect with do_lower_case, as in BERT).
         num_out_files: number of train shards; None picks a default from the corpus size.
-        seed: seed of every random draw (packing, split, shuffle).
+        seed: seed of every random draw (packing, shuffle; the held-out split has none).
         overwrite: replace an existing dataset in output_dir (and an existing learned vocab).
-        eval_fraction: fraction of documents held out into eval shards, in [0, 1).
+        eval_fraction: share of the tokens held out into eval shards, in [0, 1) (`split`).
         learn_vocab: learn a WordPiece vocab of this size from the corpus instead of reading one.
         input_format: "text", "openwebtext" or "jsonl" (see `formats`).
         jsonl_text_field: `jsonl` input: the key of a document's text.
@@ -297,15 +299,29 @@ def make_plan(config: BuildConfig, files: Sequence[CorpusFile]) -> Plan:
                 prefix + INPUTS_NAME)
 
 
-def _describe_packing(num_files: int, text_mb: float):
-    rate = RateEta("MB", scale=1e6)  # of text read; the ETA is for the packing pass
+def _describe_reading(label: str, num_files: int, text_mb: float):
+    rate = RateEta("MB", scale=1e6)  # of text read; the ETA is for this pass
 
     def describe(totals: Dict[str, int]) -> str:
-        return (f"progress: files {totals.get('files', 0)}/{num_files}, "
+        examples = f", examples {totals.get('examples', 0)}" if label == "progress" else ""
+        return (f"{label}: files {totals.get('files', 0)}/{num_files}, "
                 f"{totals.get('bytes', 0) / 1e6:.1f}/~{text_mb:.1f} MB of text "
                 f"({rate.describe(totals.get('bytes', 0), text_mb * 1e6)}), "
-                f"documents {totals.get('documents', 0)}, examples {totals.get('examples', 0)}")
+                f"documents {totals.get('documents', 0)}{examples}")
     return describe
+
+
+def _survey(pool: WorkerPool, config: BuildConfig, plan: Plan, num_files: int,
+            text_mb: float) -> Optional[SplitPlan]:
+    """The held-out split's first pass (each document's key and tokens) and its plan; None
+    without a split."""
+    if config.eval_fraction <= 0:
+        return None
+    logger.info("surveying the documents for the held-out split (--eval-fraction %g of the "
+                "tokens)", config.eval_fraction)
+    surveys = pool.map("survey", plan.tasks, Progress(
+        _describe_reading("survey", num_files, text_mb), config.progress_interval))
+    return plan_split([item for task in surveys for item in task], config.eval_fraction)
 
 
 def build_dataset(config: BuildConfig) -> dict:
@@ -354,8 +370,14 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
     try:
         with WorkerPool(plan.num_processes, functools.partial(BuildWorker, spec)) as pool:
             phase_start = time.monotonic()
-            results = pool.map("pack", plan.tasks, Progress(
-                _describe_packing(len(files), text_mb), config.progress_interval,
+            split_plan = _survey(pool, config, plan, len(files), text_mb)
+            if split_plan is not None:
+                phases["survey"] = time.monotonic() - phase_start
+                phase_start = time.monotonic()
+            tasks = [(i, task, split_plan and {f.relpath: split_plan.files[f.relpath]
+                                               for f in task}) for i, task in plan.tasks]
+            results = pool.map("pack", tasks, Progress(
+                _describe_reading("progress", len(files), text_mb), config.progress_interval,
                 rate_key="tokens", rate_unit="tokens"))
             totals = merge_pack_results(results, config.max_seq_length)
             long_lines = [entry for result in results for entry in result["long_lines"]]
@@ -387,7 +409,8 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
             raise write_error(e, "the dataset", config.output_dir) from None
         raise
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
-                              time.monotonic() - start, phases, INPUTS_NAME)
+                              time.monotonic() - start, phases, INPUTS_NAME,
+                              eval_split=split_plan.summary if split_plan else no_split_summary())
     _finish(config, manifest, long_lines)
     return manifest
 
@@ -414,7 +437,7 @@ def _finish(config: BuildConfig, manifest: dict, long_lines: List[dict]) -> None
         atomic.write_json(os.path.join(config.output_dir, MANIFEST_NAME), manifest)
     except OSError as e:
         raise write_error(e, MANIFEST_NAME, config.output_dir) from None
-    _warn_long_lines(config, manifest["counts"], long_lines)
+    corpus_lib.warn_long_lines(manifest["counts"], long_lines, config.max_seq_length)
     log_summary(config, manifest)
 
 
@@ -442,39 +465,14 @@ def _join_inputs(plan: Plan) -> None:
             os.remove(part)
 
 
-def _warn_long_lines(config: BuildConfig, counts: dict, long_lines: List[dict]) -> None:
-    """Warns when lines far longer than an example lost most of their text (docs/data.md).
-
-    A line is one sentence to the packer: whatever does not fit in one example of
-    max_seq_length tokens is dropped. Lines over corpus.MAX_LINE_BYTES are split into pieces
-    of that size first (each piece then fills at most one example); the warning names the
-    files and how much of their text was dropped.
-    """
-    dropped, tokens = counts["truncated_tokens"], max(counts["tokenized_tokens"], 1)
-    if long_lines:
-        first = long_lines[0]
-        lost = sum(e["truncated_tokens"] for e in long_lines)
-        total = max(sum(e["tokens"] for e in long_lines), 1)
-        logger.warning(
-            "%d line(s) longer than %d bytes in %d file(s) were split into pieces of that size, "
-            "but an example holds at most %d tokens: %d of those files' %d tokens (%.1f%%) were "
-            "dropped; first: %s (%d line(s)); put one sentence or paragraph per line",
-            counts["lines_split"], corpus_lib.MAX_LINE_BYTES, len(long_lines),
-            config.max_seq_length, lost, total, 100 * lost / total, first["file"],
-            first["lines_split"])
-    elif dropped > tokens // 2:
-        logger.warning(
-            "%d of the %d tokens read (%.1f%%) were dropped: lines longer than an example (%d "
-            "tokens) are truncated; put one sentence or paragraph per line", dropped, tokens,
-            100 * dropped / tokens, config.max_seq_length)
-
-
 def log_summary(config: BuildConfig, manifest: dict) -> None:
     train, evals = manifest["splits"]["train"], manifest["splits"]["eval"]
     counts = manifest["counts"]
     if config.eval_fraction > 0 and not evals["examples"]:
         logger.warning("no document was held out for eval (%d documents, --eval-fraction %g): "
                        "there are no eval shards", counts["documents"], config.eval_fraction)
+    elif split_warning(manifest["eval_split"]):
+        logger.warning("%s", split_warning(manifest["eval_split"]))
     skipped = [p for p in manifest["input_problems"] if p["problem"] in WHOLE_FILE_PROBLEMS]
     if counts["skipped_files"]:
         # On a line of its own: a whole file of the corpus is not in the dataset.

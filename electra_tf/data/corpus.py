@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import logging
 import os
 import stat
 from typing import BinaryIO, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from electra_tf.errors import ElectraError, shown_path
+
+logger = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation batches
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
@@ -371,3 +374,32 @@ class _LineDecoder:
             self.stats.note(self.name, PROBLEM_INVALID_UTF8, where,
                             "bytes that are not UTF-8, replaced by U+FFFD (dropped by the "
                             "tokenizer, as BERT does)", count=replaced)
+
+
+def warn_long_lines(counts: dict, long_lines: List[dict], max_seq_length: int) -> None:
+    """Warns when lines far longer than an example lost most of their text (the builder's
+    closing lines; `counts`: the manifest's, `long_lines`: inputs.jsonl entries with
+    `lines_split`).
+
+    A line is one sentence to the packer: whatever does not fit in one example of
+    max_seq_length tokens is dropped. Lines over MAX_LINE_BYTES are split into pieces
+    of that size first (each piece then fills at most one example); the warning names the
+    files and how much of their text was dropped.
+    """
+    dropped, tokens = counts["truncated_tokens"], max(counts["tokenized_tokens"], 1)
+    if long_lines:
+        first = long_lines[0]
+        lost = sum(e["truncated_tokens"] for e in long_lines)
+        total = max(sum(e["tokens"] for e in long_lines), 1)
+        logger.warning(
+            "%d line(s) longer than %d bytes in %d file(s) were split into pieces of that size, "
+            "but an example holds at most %d tokens: %d of those files' %d tokens (%.1f%%) were "
+            "dropped; first: %s (%d line(s)); put one sentence or paragraph per line",
+            counts["lines_split"], MAX_LINE_BYTES, len(long_lines),
+            max_seq_length, lost, total, 100 * lost / total, first["file"],
+            first["lines_split"])
+    elif dropped > tokens // 2:
+        logger.warning(
+            "%d of the %d tokens read (%.1f%%) were dropped: lines longer than an example (%d "
+            "tokens) are truncated; put one sentence or paragraph per line", dropped, tokens,
+            100 * dropped / tokens, max_seq_length)

@@ -3,7 +3,9 @@
 Readers (`tfrecord_io.read_manifest`, the trainer) need `format_version`, `max_seq_length`,
 `vocab` and `splits`; the rest documents the build. Format 2 (this builder) adds the global
 shuffle (`shuffle`), the input format and the input problems; format 1 data was written in
-corpus order (the trainer warns).
+corpus order (the trainer warns). `eval_split` (rule version 2 on, `split`) records how the
+held-out documents were chosen and the share of the tokens they hold; a manifest without it
+held out a seeded draw of documents keyed by file name (rule version 1), which reads the same.
 """
 
 from __future__ import annotations
@@ -81,10 +83,11 @@ def merge_pack_results(results: List[dict], max_seq_length: int) -> BuildTotals:
 def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTotals,
                    shards: Dict[str, List[dict]], started_at: datetime, elapsed: float,
                    phases: Dict[str, float], inputs_name: Optional[str],
-                   runner: Optional[dict] = None) -> dict:
+                   runner: Optional[dict] = None, eval_split: Optional[dict] = None) -> dict:
     """The manifest dict (see the module docstring); `config` is the resolved BuildConfig and
     `plan` the builder's plan (process and shard counts, bucket layouts); `runner` names the
-    engine that ran the build (default: the local builder)."""
+    engine that ran the build (default: the local builder); `eval_split` describes the
+    held-out split (`split.SplitPlan.summary`)."""
     splits, read = totals.pack.splits, totals.read
     total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
     for stats in splits.values():
@@ -114,6 +117,7 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "bad_input": config.bad_input,
         "seed": config.seed,
         "eval_fraction": config.eval_fraction,
+        "eval_split": eval_split,
         "corpus_dir": config.corpus_dir,
         "runner": runner or {"name": "local", "num_processes": plan.num_processes},
         "num_processes": plan.num_processes,

@@ -9,9 +9,9 @@ the local builder and a distributed one (e.g. Apache Beam) produce the same exam
   document never spans files, the only effect of the reset is that the 5%-random target length
   does not carry over a file boundary.) So a file's examples depend only on (file, seed,
   settings), not on which process handles it.
-* Held-out split: with `eval_fraction` > 0 each document goes to "eval" with that probability (a
-  seeded draw per document, independent of the packing draws); eval documents are packed by
-  their own builder.
+* Held-out split: with `eval_fraction` > 0 the documents a first pass chose (`split`: keyed by
+  their text, sized in tokens) go to "eval", given per file as their indices in file order;
+  eval documents are packed by their own builder.
 * Each example is identified by (split, file relpath, index): its position among the file's
   examples of that split. `shuffle.shuffle_key` turns that identity into the example's place in
   the globally shuffled output.
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
-from typing import Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Callable, Collection, Dict, Iterable, Iterator, List, Tuple
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class PackStats:
 
 
 def iter_examples(relpath: str, line_batches: Iterable[List[str]], encode_batch: EncodeBatch,
-                  settings: PackSettings, stats: PackStats
+                  settings: PackSettings, stats: PackStats, held_out: Collection[int] = ()
                   ) -> Iterator[Tuple[str, int, PackedExample]]:
     """Packs one file's documents into examples (see the module docstring).
 
@@ -134,15 +134,17 @@ def iter_examples(relpath: str, line_batches: Iterable[List[str]], encode_batch:
         encode_batch: tokenises a list of lines in one call (`Tokenizer.encode_batch`).
         settings: PackSettings.
         stats: PackStats, updated in place.
+        held_out: indices (in file order, from 0) of the file's documents that go to "eval"
+            (`split.FileSplit.held_out`); needs `settings.eval_fraction` > 0.
 
     Yields:
         (split, index, example): index counts the file's examples of that split from 0.
     """
     builders = {split: ExampleBuilder(settings.max_seq_length, random.Random(
         derive_seed(settings.seed, "pack", split, relpath))) for split in settings.splits}
-    split_rng = random.Random(derive_seed(settings.seed, "split", relpath))
     index = dict.fromkeys(settings.splits, 0)
     split = None  # the split of the open document; None between documents
+    document = -1  # the open document's index in the file
 
     def emitted(example):
         stats.splits[split].count(example)
@@ -168,9 +170,8 @@ def iter_examples(relpath: str, line_batches: Iterable[List[str]], encode_batch:
                     split = None
                 continue
             if split is None:
-                split = "train"
-                if settings.eval_fraction > 0 and split_rng.random() < settings.eval_fraction:
-                    split = "eval"
+                document += 1
+                split = "eval" if document in held_out else "train"
                 stats.splits[split].documents += 1
             stats.splits[split].sentences += 1
             example = builders[split].add_sentence(ids[row_splits[k]:row_splits[k + 1]])

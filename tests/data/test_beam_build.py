@@ -112,6 +112,12 @@ def test_same_shards_inputs_and_counts_as_the_local_builder(builds):
     assert {p["problem"] for p in on_beam["input_problems"]} == {"damaged_stream",
                                                                  "invalid_utf8"}
     assert on_beam["splits"]["eval"]["examples"] > 0
+    # The held-out split (equal above, so the same documents): planned from both engines'
+    # surveys alike; the truncated gzip copy repeats documents of plain.txt, on one side.
+    split = on_beam["eval_split"]
+    assert split["rule_version"] == 2 and split["within_tolerance"]
+    assert split["duplicate_documents"] >= 10
+    assert split["held_out_documents"] == on_beam["splits"]["eval"]["documents"]
     assert [s["file"] for s in on_beam["splits"]["train"]["shards"]] == [
         f"pretrain_data.tfrecord-{i}-of-3" for i in range(3)]
     assert not [n for n in os.listdir(beam_dir) if n.startswith(".")]  # no temporaries left

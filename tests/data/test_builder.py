@@ -18,6 +18,7 @@ import tensorflow as tf
 from electra_tf.data import builder as builder_lib
 from electra_tf.data.builder import BuildConfig, BuildError, build_dataset
 from electra_tf.data.packing import derive_seed
+from electra_tf.data.split import document_key
 from electra_tf.data.corpus import CorpusError
 from electra_tf.data.tfrecord_io import FEATURE_NAMES, parse_example, read_manifest, shard_paths
 from electra_tf.vocab import load_vocab
@@ -291,8 +292,10 @@ def test_eval_split_is_disjoint_by_document_and_near_the_fraction(tmp_path, voca
     assert not train & evals
     assert train | evals == set(range(1000))
     assert manifest["splits"]["eval"]["documents"] == len(evals)
-    # Binomial(1000, 0.2): sd 12.6; 4 sd tolerance.
-    assert abs(len(evals) - 200) < 51
+    # Equal documents of 3 tokens: the 200 with the smallest content keys hold 20% exactly.
+    keys = sorted((document_key([f"w{i} w{i} w{i}"]), i) for i in range(1000))
+    assert evals == {i for _, i in keys[:200]}
+    assert manifest["eval_split"]["token_fraction"] == 0.2
     assert [s["file"] for s in manifest["splits"]["eval"]["shards"]] == [
         "eval_data.tfrecord-0-of-1"]
 
@@ -337,7 +340,7 @@ def test_a_small_corpus_never_yields_empty_shards(tmp_path, vocab_file):
 def test_warns_when_no_document_is_held_out(tmp_path, vocab_file, caplog):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "one.txt").write_text("w1 w2 w3\n")  # one document: with seed 0 it stays in train
+    (corpus / "one.txt").write_text("w1 w2 w3\n")  # one document: train keeps it
     with caplog.at_level(logging.INFO, logger=builder_lib.__name__):
         manifest, _ = build(tmp_path, vocab_file, corpus, eval_fraction=0.01)
     assert manifest["splits"]["eval"]["shards"] == []
