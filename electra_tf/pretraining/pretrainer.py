@@ -162,9 +162,9 @@ class ElectraPretrainer(keras.Model):
                              "discriminator's embeddings (electra_objective, untied_generator, "
                              "no uniform_generator, no untied_generator_embeddings, no custom "
                              "encoders, no frozen_generator)")
-        generator_checks.check_model_variants(needs_generator, electra_objective and not uniform_generator,
-                                  frozen_generator, temperature_start, temperature_decay_steps,
-                                  temperature_schedule)
+        generator_checks.check_model_variants(
+            needs_generator, electra_objective and not uniform_generator, frozen_generator,
+            temperature_start, temperature_decay_steps, temperature_schedule)
         # === Config ===
         self.discriminator_config = dict(discriminator_config) if discriminator_config else None
         self.generator_config = dict(generator_config) if needs_generator and generator_config else None

@@ -58,7 +58,8 @@ def test_every_objective_gets_the_same_pretraining_budget(settings):
     two_stage = steps["two_stage_1"] * per_step["two_stage_1"] + steps["two_stage_2"] * per_step["two_stage_2"]
     assert steps["two_stage_1"] == steps["two_stage_2"]
     assert abs(two_stage - budget) <= (per_step["two_stage_1"] + per_step["two_stage_2"]) / 2
-    fast = steps["fast_electra_1"] * per_step["fast_electra_1"] + steps["fast_electra_2"] * per_step["fast_electra_2"]
+    fast = (steps["fast_electra_1"] * per_step["fast_electra_1"]
+            + steps["fast_electra_2"] * per_step["fast_electra_2"])
     assert steps["fast_electra_1"] == steps["fast_electra_2"]
     assert abs(fast - budget) <= (per_step["fast_electra_1"] + per_step["fast_electra_2"]) / 2
     # Per step, a frozen generator costs its forward pass only; the budget also pays for its
@@ -69,7 +70,8 @@ def test_every_objective_gets_the_same_pretraining_budget(settings):
 
 @pytest.mark.parametrize("settings", [experiment.FULL, experiment.QUICK], ids=["full", "quick"])
 def test_fast_electra_stage1_is_the_electra_runs_generator(settings):
-    stage1 = PretrainingConfig.create("s1", "unused", experiment.fast_electra_stage1_hparams(settings, 5))
+    stage1 = PretrainingConfig.create("s1", "unused",
+                                      experiment.fast_electra_stage1_hparams(settings, 5))
     electra = PretrainingConfig.create("e", "unused", experiment.pretraining_hparams(settings, 5))
     assert not stage1.electra_objective
     assert get_bert_config(stage1) == get_generator_config(electra, get_bert_config(electra))

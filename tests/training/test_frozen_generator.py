@@ -23,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest
 # generator_hidden_size 0.25): hidden 16, 2 layers, 1 head, FFN 64, embedding 32 (a projection).
 GENERATOR_SIZES = {"model_hparam_overrides": {"hidden_size": 16, "num_hidden_layers": 2}}
 CURRICULUM = {"temperature_start": 3.0, "gen_weight": 0.0}
-RUN = dict(num_train_steps=6, save_checkpoints_steps=3, iterations_per_loop=3, keep_checkpoint_max=2)
+RUN = dict(num_train_steps=6, save_checkpoints_steps=3, iterations_per_loop=3,
+           keep_checkpoint_max=2)
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +101,8 @@ def test_an_electra_runs_tied_generator_becomes_the_frozen_generator(data_dir, t
     np.testing.assert_array_equal(state["electra.embeddings.word_embeddings.weight"],
                                   weights["generator/embeddings/word_embeddings"])
 
-    with pytest.raises(trainer_lib.TrainingError, match="does not match this model's sizes "
-                                                        r"\(hidden 16, 2 layers, embedding 32 there"):
+    wrong_size = r"does not match this model's sizes \(hidden 16, 2 layers, embedding 32 there"
+    with pytest.raises(trainer_lib.TrainingError, match=wrong_size):
         trainer_lib.Trainer(fx.tiny_config(data_dir, "fast_wrong_size", num_train_steps=1,
                                            generator_hidden_size=0.5,
                                            frozen_generator_dir=source.config.model_dir))
