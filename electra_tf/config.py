@@ -22,7 +22,7 @@ import os
 import typing
 from typing import Any, Mapping, Optional, Union
 
-from electra_tf import atomic
+from electra_tf import atomic, generator_checks
 from electra_tf.errors import ElectraError, is_utf8_path, shown_path
 
 MODEL_SIZES = ("small", "base", "large")
@@ -261,7 +261,17 @@ class PretrainingConfig:
     # (stage 1, `electra_objective: false`) whose weights start both the generator (then frozen)
     # and the discriminator. Needs a discriminator-size generator with its own embeddings.
     two_stage_generator_dir: Optional[str] = None
-    temperature: float = 1.0  # generator sampling temperature
+    # Fast-ELECTRA (Dong et al., ICLR 2024): the model_dir of a finished run (MLM-only, ELECTRA,
+    # or imported by from-google) whose masked LM becomes this run's generator, frozen (no loss
+    # term it can move, no backward pass); the discriminator trains from its own initialisation.
+    frozen_generator_dir: Optional[str] = None
+    temperature: float = 1.0  # generator sampling temperature (the curriculum's end value)
+    # Temperature curriculum (Fast-ELECTRA): sampling starts at temperature_start and decays to
+    # `temperature` over temperature_decay_steps (null: num_train_steps) by temperature_schedule
+    # (linear | cosine | exponential); null temperature_start = off (official).
+    temperature_start: Optional[float] = None
+    temperature_decay_steps: Optional[int] = None
+    temperature_schedule: str = "linear"
 
     # --- Batching ---
     max_seq_length: int = 128
@@ -373,7 +383,7 @@ class PretrainingConfig:
              f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
         need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
         for key in ("model_dir", "vocab_file", "pretrain_tfrecords", "eval_tfrecords",
-                    "two_stage_generator_dir"):
+                    "two_stage_generator_dir", "frozen_generator_dir"):
             path = getattr(self, key)
             need(path is None or is_utf8_path(path),
                  f"{key} {shown_path(path or '')}: TensorFlow reads and writes only file names "
@@ -386,44 +396,15 @@ class PretrainingConfig:
         need(self.embedding_sharing in EMBEDDING_SHARINGS,
              f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARINGS)}, got "
              f"{self.embedding_sharing!r}")
-        if self.embedding_sharing == "gdes":
-            need(not self.two_stage_generator_dir,
-                 "embedding_sharing=gdes with two_stage_generator_dir: stage 2's generator is "
-                 "frozen with embeddings of its own, there is no shared block to disentangle")
-            need(self.electra_objective and self.untied_generator and not self.uniform_generator
-                 and not self.untied_generator_embeddings,
-                 "embedding_sharing=gdes disentangles the embedding block a generator network "
-                 "shares with the discriminator: needs electra_objective and untied_generator "
-                 "true, uniform_generator and untied_generator_embeddings false")
-        need(self.generator_learning_rate is None or self.decoupled_optimizers,
-             "generator_learning_rate is the generator optimizer's: needs decoupled_optimizers "
-             "true (without it one optimizer updates both networks at learning_rate)")
-        if self.decoupled_optimizers:
-            need(not self.two_stage_generator_dir,
-                 "decoupled_optimizers with two_stage_generator_dir: stage 2's generator is "
-                 "frozen, only the discriminator has an optimizer")
-            need(self.electra_objective and self.untied_generator and not self.uniform_generator,
-                 "decoupled_optimizers gives the generator network an optimizer of its own: needs "
-                 "electra_objective and untied_generator true and uniform_generator false")
-        if self.two_stage_generator_dir:
-            need(self.electra_objective and self.untied_generator and self.untied_generator_embeddings
-                 and self.generator_hidden_size == 1.0 and self.generator_layers == 1.0
-                 and not self.uniform_generator,
-                 "two_stage_generator_dir (stage 2 of two-stage training) needs electra_objective, "
-                 "untied_generator and untied_generator_embeddings true, generator_hidden_size and "
-                 "generator_layers 1.0 and uniform_generator false: the generator is a copy of the "
-                 "stage-1 MLM model, with its own embeddings")
+        # Where the generator comes from and how it samples: gdes, decoupled_optimizers,
+        # two-stage, the frozen generator and the temperature curriculum (generator_checks).
+        generator_checks.validate_generator(self, need)
         if not self.untied_generator:
             need(self.electra_objective,
                  "untied_generator=false shares the discriminator with the generator: needs electra_objective")
         # Building the model configs validates sizes (head divisibility etc.).
         bert = get_bert_config(self)
-        if self.two_stage_generator_dir:
-            need(bert.embedding_size == bert.hidden_size,
-                 f"two_stage_generator_dir needs embedding_size == hidden_size (got "
-                 f"{bert.embedding_size} and {bert.hidden_size}): a generator with its own "
-                 "embeddings has no embedding projection (official), so it can only copy a "
-                 "stage-1 encoder without one; set the embedding_size hparam to the hidden size")
+        generator_checks.validate_two_stage_sizes(self, bert, need)
         if self.electra_objective and self.untied_generator:
             get_generator_config(self, bert)
 

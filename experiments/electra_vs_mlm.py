@@ -128,11 +128,15 @@ def flops_per_sequence(kind: str, disc, gen, seq: int, predictions: int, vocab: 
     """Training FLOPs per sequence (backward = 2 x forward, so a trained part costs 3 x forward).
 
     The objective variants of issue 34 leave this count as it is: `embedding_sharing` "gdes" adds
-    elementwise additions of the deltas to the embedding tables and `decoupled_optimizers` a
-    second learning rate and clip, no matmul.
+    elementwise additions of the deltas to the embedding tables, `decoupled_optimizers` a
+    second learning rate and clip and the temperature curriculum a division of the logits, no
+    matmul. A frozen generator (`two_stage_generator_dir`, `frozen_generator_dir`) runs its
+    forward pass only: no backward pass, no optimizer update.
 
     kind: "electra" (generator and discriminator trained), "mlm" (one model, MLM head),
-    "two_stage_2" (frozen generator: forward only; discriminator trained).
+    "two_stage_2" and "fast_electra" (frozen generator: forward only; discriminator trained;
+    the two differ in the generator they are given: the discriminator's size, or the
+    official generator's).
     """
     disc_part = encoder_forward_flops(disc, seq) + disc_head_forward_flops(disc.hidden_size, seq)
     if kind == "mlm":
@@ -142,7 +146,7 @@ def flops_per_sequence(kind: str, disc, gen, seq: int, predictions: int, vocab: 
         gen.hidden_size, gen.embedding_size, vocab, predictions)
     if kind == "electra":
         return 3 * gen_part + 3 * disc_part
-    if kind == "two_stage_2":
+    if kind in ("two_stage_2", "fast_electra"):
         return gen_part + 3 * disc_part
     raise ValueError(kind)
 
@@ -368,7 +372,11 @@ def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
 
 
 def budget(settings: Settings) -> dict:
-    """Steps per objective for equal pretraining FLOPs."""
+    """Steps per objective for equal pretraining FLOPs.
+
+    The two-stage objectives (`two_stage`, `fast_electra`) give both stages the same number of
+    steps: the generator's pretraining is charged in full to the run that uses it.
+    """
     from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
@@ -390,17 +398,38 @@ def budget(settings: Settings) -> dict:
         "mlm": flops_per_sequence("mlm", disc, None, seq, n_pred, VOCAB_SIZE),
         "two_stage_1": flops_per_sequence("mlm", disc, None, seq, n_pred, VOCAB_SIZE),
         "two_stage_2": flops_per_sequence("two_stage_2", disc, full_gen, seq, n_pred, VOCAB_SIZE),
+        # Fast-ELECTRA: stage 1 trains the official-size generator alone (an MLM-only run of its
+        # sizes, `fast_electra_stage1_hparams`), stage 2 the discriminator beside it, frozen.
+        "fast_electra_1": flops_per_sequence("mlm", gen, None, seq, n_pred, VOCAB_SIZE),
+        "fast_electra_2": flops_per_sequence("fast_electra", disc, gen, seq, n_pred, VOCAB_SIZE),
     }
     per_step = {k: v * settings.train_batch_size for k, v in per_seq.items()}
     total = settings.electra_steps * per_step["electra"]
     n = int(round(total / (per_step["two_stage_1"] + per_step["two_stage_2"])))
+    fast = int(round(total / (per_step["fast_electra_1"] + per_step["fast_electra_2"])))
     return {
         "flops_per_step": per_step, "budget_flops": total,
         "steps": {"electra": settings.electra_steps, "mlm": int(round(total / per_step["mlm"])),
-                  "two_stage_1": n, "two_stage_2": n},
+                  "two_stage_1": n, "two_stage_2": n,
+                  "fast_electra_1": fast, "fast_electra_2": fast},
         "discriminator": disc.to_dict(), "generator": gen.to_dict(),
         "max_predictions_per_seq": n_pred,
     }
+
+
+def fast_electra_stage1_hparams(settings: Settings, steps: int) -> dict:
+    """Fast-ELECTRA's stage 1: an MLM-only run whose encoder has the sizes of the ELECTRA run's
+    generator (heads and FFN derived as the official generator's), so stage 2 can take it as its
+    `frozen_generator_dir` with the default generator fractions."""
+    from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+
+    config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
+    gen = get_generator_config(config, get_bert_config(config))
+    sizes = {"hidden_size": gen.hidden_size, "num_hidden_layers": gen.num_hidden_layers,
+             "num_attention_heads": gen.num_attention_heads,
+             "intermediate_size": gen.intermediate_size}
+    return pretraining_hparams(settings, steps, electra_objective=False,
+                               model_hparam_overrides=sizes)
 
 
 def run_experiment(settings: Settings, work_dir: str, output_dir: str) -> dict:

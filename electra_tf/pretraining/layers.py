@@ -187,6 +187,8 @@ class ElectraFakeData(keras.layers.Layer):
         seed: None, a scalar step or an int [2] seed (the masking's step seed: the streams are
             salted apart).
         example_offset: as for `ElectraMasking`.
+        temperature: optional float32 scalar (a tensor: the temperature curriculum's value at
+            this step, `ElectraPretrainer.sampling_temperature`) instead of `temperature`.
 
     Returns:
         dict: `input_ids` (int32 [batch_size, seq_length], the discriminator input), `is_fake`
@@ -205,18 +207,20 @@ class ElectraFakeData(keras.layers.Layer):
         self.seed = seed
         self.built = True  # no variables
 
-    def call(self, masked, mlm_logits, seed=None, example_offset=None):
+    def call(self, masked, mlm_logits, seed=None, example_offset=None, temperature=None):
         batch_size = batch_size_of(masked["input_ids"])
         keys = seeds.example_keys(
             step_seed(seed, self.seed), example_offset_or_replica(example_offset, batch_size),
             batch_size, salt=seeds.SAMPLING_SALT)
         fake = sampling.make_fake_inputs(
-            masked_inputs(masked), mlm_logits, keys=keys, temperature=self.temperature,
+            masked_inputs(masked), mlm_logits, keys=keys,
+            temperature=self.temperature if temperature is None else temperature,
             disallow_correct=self.disallow_correct)
         return dict(fake._asdict(), input_mask=masked["input_mask"],
                     segment_ids=masked["segment_ids"])
 
-    def compute_output_spec(self, masked, mlm_logits, seed=None, example_offset=None):
+    def compute_output_spec(self, masked, mlm_logits, seed=None, example_offset=None,
+                            temperature=None):
         shape = tuple(masked["input_ids"].shape)
         spec = {k: keras.KerasTensor(shape, dtype="int32")
                 for k in ("input_ids", "is_fake", "input_mask", "segment_ids")}

@@ -26,12 +26,14 @@ import keras
 import keras_hub
 from keras import ops
 
+from electra_tf import generator_checks
 from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
                                get_generator_config)
 from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
+from electra_tf.pretraining.temperature import temperature_at
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking, batch_size_of, masked_inputs,
                                            step_seed)
@@ -72,7 +74,18 @@ class ElectraPretrainer(keras.Model):
             block is updated by the generator's loss alone). "gdes" needs the official
             generator network sharing the block (no custom encoders).
         disallow_correct: bool. Never sample the original token.
-        temperature: float. Generator sampling temperature.
+        temperature: float. Generator sampling temperature (the curriculum's end value).
+        frozen_generator: bool. The generator (encoder and MLM head) is a fixed pretrained
+            sampler (two-stage training's stage 2; Fast-ELECTRA's `frozen_generator_dir`): it
+            has an embedding block of its own (whatever `untied_generator_embeddings` says; its
+            width is the generator config's), no trainable variables, and its logits are cut
+            from the gradient, so no backward pass runs through it. The MLM loss is still
+            computed (a logged metric; `gen_weight` scales a constant in `total_loss`).
+        temperature_start: optional float. The temperature curriculum's T0 (Fast-ELECTRA,
+            `pretraining.temperature`): training calls sample at T(global step), going from
+            `temperature_start` to `temperature` over `temperature_decay_steps`; None: off.
+        temperature_decay_steps: int. The curriculum's length (required with it).
+        temperature_schedule: str. The curriculum's shape: "linear", "cosine", "exponential".
         gen_weight: float. Weight of the MLM loss.
         disc_weight: float. Weight of the RTD loss.
         mask_with_replacement: bool. Draw masked positions with replacement (official).
@@ -124,7 +137,11 @@ class ElectraPretrainer(keras.Model):
                  electra_objective: bool = True, uniform_generator: bool = False,
                  untied_generator: bool = True, untied_generator_embeddings: bool = False,
                  embedding_sharing: str = "tied", disallow_correct: bool = False,
-                 temperature: float = 1.0, gen_weight: float = 1.0, disc_weight: float = 50.0,
+                 temperature: float = 1.0, frozen_generator: bool = False,
+                 temperature_start: Optional[float] = None,
+                 temperature_decay_steps: Optional[int] = None,
+                 temperature_schedule: str = "linear",
+                 gen_weight: float = 1.0, disc_weight: float = 50.0,
                  mask_with_replacement: bool = True, whole_word_masking: bool = False,
                  continuation_ids: Optional[Sequence[int]] = None, seed: int = 0,
                  discriminator_encoder: Optional[keras.layers.Layer] = None,
@@ -139,12 +156,15 @@ class ElectraPretrainer(keras.Model):
         if embedding_sharing not in ("tied", "gdes"):
             raise ValueError(f"embedding_sharing must be 'tied' or 'gdes', got {embedding_sharing!r}")
         if embedding_sharing == "gdes" and (
-                not needs_generator or untied_generator_embeddings
+                not needs_generator or untied_generator_embeddings or frozen_generator
                 or discriminator_encoder is not None or generator_encoder is not None):
             raise ValueError("embedding_sharing='gdes' needs a generator network sharing the "
                              "discriminator's embeddings (electra_objective, untied_generator, "
                              "no uniform_generator, no untied_generator_embeddings, no custom "
-                             "encoders)")
+                             "encoders, no frozen_generator)")
+        generator_checks.check_model_variants(
+            needs_generator, electra_objective and not uniform_generator, frozen_generator,
+            temperature_start, temperature_decay_steps, temperature_schedule)
         # === Config ===
         self.discriminator_config = dict(discriminator_config) if discriminator_config else None
         self.generator_config = dict(generator_config) if needs_generator and generator_config else None
@@ -158,6 +178,10 @@ class ElectraPretrainer(keras.Model):
         self.embedding_sharing = embedding_sharing
         self.disallow_correct = disallow_correct
         self.temperature = temperature
+        self.frozen_generator = frozen_generator
+        self.temperature_start = temperature_start
+        self.temperature_decay_steps = temperature_decay_steps
+        self.temperature_schedule = temperature_schedule
         self.gen_weight = gen_weight
         self.disc_weight = disc_weight
         self.mask_with_replacement = mask_with_replacement
@@ -176,6 +200,11 @@ class ElectraPretrainer(keras.Model):
             continuation_ids=self.continuation_ids, seed=seed, name="masking")
         self._build_encoders(needs_generator)
         self._build_heads()
+        if frozen_generator:
+            # No trainable variables: no gradient, optimizer slot or weight decay reaches them,
+            # from construction on (trainability is not part of a checkpoint).
+            self.generator.trainable = False
+            self.generator_head.trainable = False
 
     def _build_encoders(self, needs_generator: bool) -> None:
         # The discriminator (or, MLM-only, the one masked-LM encoder) owns the embedding block.
@@ -203,7 +232,9 @@ class ElectraPretrainer(keras.Model):
         elif needs_generator:
             # Official default: the generator reads the discriminator's embedding block (the same
             # variables); untied_generator_embeddings gives it its own block at its own width.
-            shared = None if self.untied_generator_embeddings else self.shared_embeddings
+            # A frozen generator never shares: the discriminator's training would move it.
+            own = self.untied_generator_embeddings or self.frozen_generator
+            shared = None if own else self.shared_embeddings
             self.generator = ElectraEncoder.from_model_config(
                 ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME)
 
@@ -259,6 +290,11 @@ class ElectraPretrainer(keras.Model):
             untied_generator_embeddings=config.untied_generator_embeddings,
             embedding_sharing=config.embedding_sharing,
             disallow_correct=config.disallow_correct, temperature=config.temperature,
+            frozen_generator=bool(config.two_stage_generator_dir or config.frozen_generator_dir),
+            temperature_start=config.temperature_start,
+            temperature_decay_steps=(generator_checks.decay_steps(config)
+                                     if config.temperature_start is not None else None),
+            temperature_schedule=config.temperature_schedule,
             gen_weight=config.gen_weight, disc_weight=config.disc_weight,
             mask_with_replacement=config.mask_with_replacement,
             whole_word_masking=config.whole_word_masking, seed=config.seed, **kwargs)
@@ -310,7 +346,22 @@ class ElectraPretrainer(keras.Model):
                                  training)
         # Gather before the head: the vocab projection runs on N positions, not all L.
         hidden = tensor_ops.gather_positions(hidden, masked.masked_lm_positions)
-        return self.generator_head(hidden, word_embedding_table(encoder))
+        logits = self.generator_head(hidden, word_embedding_table(encoder))
+        # A frozen generator is a fixed sampler: nothing is differentiated through it.
+        return ops.stop_gradient(logits) if self.frozen_generator else logits
+
+    def sampling_temperature(self, step=None):
+        """The generator's sampling temperature (float32 scalar) at global step `step`.
+
+        `temperature` without a curriculum, or for `step` None (evaluation samples at the
+        curriculum's end value, so every checkpoint is evaluated alike); else
+        `temperature.temperature_at(step)` from `temperature_start` to `temperature`.
+        """
+        if self.temperature_start is None or step is None:
+            return ops.convert_to_tensor(self.temperature, "float32")
+        return temperature_at(
+            step, start=self.temperature_start, end=self.temperature,
+            decay_steps=self.temperature_decay_steps, schedule=self.temperature_schedule)
 
     def call(self, inputs, seed=None, training=None, example_offset=None,
              loss_denominators=None):
@@ -328,8 +379,12 @@ class ElectraPretrainer(keras.Model):
         fake = rtd = None
         disc_loss = ops.zeros((), "float32")
         if self.electra_objective:
+            # The curriculum reads the global step from the step seed ([run seed, step]), a
+            # tensor of the compiled step: never a constant baked in when it was traced.
+            curriculum = {} if self.temperature_start is None else {
+                "temperature": self.sampling_temperature(seed[1] if training else None)}
             faked = self.fake_data(masked._asdict(), mlm_logits, seed=seed,
-                                   example_offset=example_offset)
+                                   example_offset=example_offset, **curriculum)
             fake = sampling.FakeInputs(**{k: faked[k] for k in sampling.FakeInputs._fields})
             hidden = sequence_output(self.discriminator, fake.input_ids, masked.input_mask,
                                      masked.segment_ids, training)
@@ -485,6 +540,10 @@ class ElectraPretrainer(keras.Model):
             "embedding_sharing": self.embedding_sharing,
             "disallow_correct": self.disallow_correct,
             "temperature": self.temperature,
+            "frozen_generator": self.frozen_generator,
+            "temperature_start": self.temperature_start,
+            "temperature_decay_steps": self.temperature_decay_steps,
+            "temperature_schedule": self.temperature_schedule,
             "gen_weight": self.gen_weight,
             "disc_weight": self.disc_weight,
             "mask_with_replacement": self.mask_with_replacement,

@@ -23,7 +23,7 @@ logger = logging.getLogger("electra_tf")
 CONFIG_TEXT_TAG = "config"
 # Config fields that are locations, not settings: they differ between machines, not runs.
 PATH_FIELDS = ("data_dir", "model_dir", "vocab_file", "pretrain_tfrecords", "eval_tfrecords",
-               "two_stage_generator_dir", "init_checkpoint")
+               "two_stage_generator_dir", "frozen_generator_dir", "init_checkpoint")
 
 
 def hparam_values(config_dict: dict) -> dict:

@@ -9,7 +9,8 @@ save is collective): the chief into the run directory, the others into their own
 
 A run starts from (in this order): its own latest intact checkpoint (`restore`), weights
 imported by `from-google` (`restore_imported`: model and step, fresh optimizer), or nothing;
-stage 2 of two-stage training then copies a stage-1 run's weights in (`start_two_stage`).
+a run with a frozen generator (two-stage training, Fast-ELECTRA) then copies a finished run's
+masked LM in at step 0 (`frozen_generator.start`).
 """
 
 from __future__ import annotations
@@ -59,9 +60,8 @@ class RunCheckpoint:
 
     def _model_items(self) -> dict:
         return {"model": self.model, "optimizer": self.optimizer,
-                # The seed generators' integer states only: a frozen network's weights (the
-                # two-stage generator) also become non-trainable, and whether they were frozen
-                # yet must not change this list between a save and its restore.
+                # The seed generators' integer states only: a frozen generator's weights are
+                # non-trainable too (and saved with the model already).
                 "rng_state": [v for v in self.model.non_trainable_variables
                               if "float" not in str(v.dtype)]}
 
@@ -187,36 +187,6 @@ def _read_string(path: str, name: str) -> Optional[str]:
     except (tf.errors.OpError, ValueError):
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def start_two_stage(model, source: str, fresh: bool) -> None:
-    """Stage 2 of two-stage training: at step 0 (`fresh`) the generator (encoder and MLM head)
-    and the discriminator are set to the stage-1 MLM run's weights; the generator is frozen on
-    every start (trainability is not part of a checkpoint).
-
-    Raises:
-        TrainingError: `source` is not a readable MLM-only run of this model's sizes.
-    """
-    if fresh:
-        try:
-            stage1 = run_dir.load_run(source)
-        except TrainingError as e:
-            raise TrainingError(f"two_stage_generator_dir: {e}") from None
-        if stage1.config.electra_objective:
-            raise TrainingError(f"two_stage_generator_dir {source} is an ELECTRA run; stage 1 "
-                                "is an MLM-only run (electra_objective: false)")
-        encoder = stage1.model.discriminator.get_weights()  # the MLM-only run's encoder
-        try:
-            model.generator.set_weights(encoder)
-            model.generator_head.set_weights(stage1.model.generator_head.get_weights())
-            model.discriminator.set_weights(encoder)
-        except ValueError as e:
-            raise TrainingError(f"two_stage_generator_dir {source} does not match this model's "
-                                f"sizes: {error_line(e, whole=True)}") from None
-        logger.info("two_stage: generator and discriminator start from %s (step %d); the "
-                    "generator is frozen", source, stage1.step)
-    model.generator.trainable = False
-    model.generator_head.trainable = False
 
 
 def weights_fingerprint(variables) -> str:

@@ -83,6 +83,7 @@ def check_supported(config: PretrainingConfig) -> None:
     unsupported = {
         "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
         "two_stage_generator_dir": bool(config.two_stage_generator_dir),
+        "frozen_generator_dir": bool(config.frozen_generator_dir),
         "jit_compile": config.jit_compile and backend == "torch",
     }
     for key, used in unsupported.items():
@@ -395,6 +396,7 @@ class PortableTrainer(run_base.LockedRun):
         scalars.update({k: v for k, v in logs.items() if k not in terms})
         scalars["learning_rate"] = float(keras.ops.convert_to_numpy(
             self.schedule(self.step - 1)))
+        summaries.add_sampling_temperature(scalars, self.model, self.step)
         scalars["examples_per_second"] = done * self.config.train_batch_size / elapsed
         # Every host's tokens (one collective; several hosts train every chunk whole).
         all_tokens = hosts.gather_ints(self.hosts, [sum(tokens[:done])]).sum()

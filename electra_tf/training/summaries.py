@@ -44,6 +44,16 @@ def loop_scalars(history: Dict[str, np.ndarray], metric_results: dict, done: int
     return scalars
 
 
+def add_sampling_temperature(scalars: Dict[str, float], model, step: int) -> None:
+    """With a temperature curriculum (`temperature_start`): `temperature`, what the loop's last
+    step (global step `step` - 1) sampled at, beside its `learning_rate`."""
+    if getattr(model, "temperature_start", None) is None:
+        return
+    from keras import ops
+
+    scalars["temperature"] = float(ops.convert_to_numpy(model.sampling_temperature(step - 1)))
+
+
 def write_scalars(writer: Optional["tf.summary.SummaryWriter"], step: int,
                   scalars: Dict[str, float]) -> None:
     """TensorBoard scalars at `step` (nothing without a writer: non-chief workers)."""

@@ -37,8 +37,9 @@ from electra_tf.data import pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (board, checkpointing, graph_leaks, inputs, optimization,
-                                 preemption, probe, run_base, run_dir, summaries, train_step)
+from electra_tf.training import (board, checkpointing, frozen_generator, graph_leaks, inputs,
+                                 optimization, preemption, probe, run_base, run_dir, summaries,
+                                 train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 
@@ -166,9 +167,8 @@ class Trainer(run_base.LockedRun):
                         found.path, self.step)
         elif found is not None:
             self._restore(found.path)
-        if config.two_stage_generator_dir:
-            checkpointing.start_two_stage(self.model, config.two_stage_generator_dir,
-                                          fresh=found is None)
+        if config.two_stage_generator_dir or config.frozen_generator_dir:
+            frozen_generator.start(self.model, config, self.vocab.tokens, fresh=found is None)
 
     def _read_portable(self) -> bool:
         """Evaluation / export of a `--backend jax|torch` run: reads its newest `ckpt-N.npz`
@@ -324,6 +324,7 @@ class Trainer(run_base.LockedRun):
             isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer), self.checkpointer.latest)
         scalars = summaries.loop_scalars(history, self.metrics.result(), done, elapsed,
                                          config.train_batch_size)
+        summaries.add_sampling_temperature(scalars, self.model, self.step)
         if config.max_skipped_nonfinite_steps:
             scalars["skipped_steps"] = float(self.skipped_steps)
         if config.skip_bad_records:
