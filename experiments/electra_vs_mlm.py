@@ -19,12 +19,27 @@ What it does (docs/experiments.md has the design and the results):
      `two_stage_generator_dir` hparam (with `untied_generator_embeddings`, a full-size
      generator and `gen_weight: 0`).
    Checkpoints are kept along the way, for the downstream-accuracy-vs-FLOPs curves.
+   `--objectives` adds issue 34's variants of the ELECTRA objective at the same budget:
+   - `gdes`: gradient-disentangled embedding sharing (DeBERTaV3; `embedding_sharing: gdes`);
+   - `decoupled`: the generator and the discriminator each with their own optimizer
+     (`decoupled_optimizers`); `gdes_decoupled`: both (DeBERTaV3's RTD recipe);
+   - `fast_electra`: Fast-ELECTRA. Stage 1 trains a generator of the official size alone with
+     MLM (an MLM-only run of its sizes); stage 2 trains the discriminator beside it, frozen
+     (`frozen_generator_dir`: forward pass only), sampling at a temperature that falls linearly
+     from `fast_electra_temperature_start` to 1 over stage 2 (`temperature_start`). Both stages
+     have the same number of steps and together cost the budget.
 3. Fine-tuning (electra_tf.finetuning, official recipe with the small-model learning rate
    3e-4): every final model, and a randomly initialised encoder of the same size as the floor,
    on both tasks with several seeds (mean ± sample std); intermediate checkpoints on BBC News.
-4. Outputs in --output-dir: results.json, summary.md (tables), downstream_vs_flops.png, and
-   pretraining_curves.png (total / MLM / discriminator loss and discriminator accuracy by step,
-   read from the runs' TensorBoard events: the reference curves of a healthy run).
+4. The learning probe (electra_tf.training.probe, the `probe` hparam's classifier) on every
+   kept checkpoint: a linear classifier on the frozen encoder's mean-pooled features of BBC News
+   (1000 train / 212 dev articles), fit afresh per checkpoint. It runs after pretraining on the
+   saved checkpoints (the same numbers the `probe` hparam logs during a run, without adding its
+   time to the pretraining wall times).
+5. Outputs in --output-dir: results.json, summary.md (tables), downstream_vs_flops.png,
+   probe_vs_flops.png and pretraining_curves.png (total / MLM / discriminator loss,
+   discriminator accuracy and AUC by step, read from the runs' TensorBoard events: the
+   reference curves of a healthy run).
 
 Re-running resumes: finished pretraining runs and fine-tuning results found in the work dir are
 reused. `--overwrite` starts afresh (it only deletes a work dir this script created).
@@ -52,7 +67,15 @@ logger = logging.getLogger("electra_tf.experiment")
 WORK_MARKER = "electra_vs_mlm.json"  # written into a work dir this script owns
 VOCAB_SIZE = 30522  # the default data's BERT uncased vocab
 TASKS = ("bbc_news", "pang_lee")
-OBJECTIVES = ("electra", "mlm", "two_stage")
+OBJECTIVES = ("electra", "mlm", "two_stage")  # the default comparison
+# Issue 34's variants of the ELECTRA objective: extra hparams over the `electra` run's.
+VARIANT_HPARAMS = {
+    "gdes": {"embedding_sharing": "gdes"},
+    "decoupled": {"decoupled_optimizers": True},
+    "gdes_decoupled": {"embedding_sharing": "gdes", "decoupled_optimizers": True},
+}
+ALL_OBJECTIVES = OBJECTIVES + tuple(VARIANT_HPARAMS) + ("fast_electra",)
+TWO_STAGE = ("two_stage", "fast_electra")  # objectives charged a stage-1 run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +97,11 @@ class Settings:
     curve_tasks: tuple
     finetune: dict  # per task: max_seq_length, num_train_epochs, max_train_examples
     finetune_learning_rate: float = 3e-4  # ELECTRA paper, Table 7: small models
+    # Checkpoints the learning probe reads (fractions of each run's steps; step 0 is added).
+    probe_fractions: tuple = (0.5, 1.0)
+    probe_task: str = "bbc_news"
+    # Fast-ELECTRA's T0 (the paper's curriculum starts above 1 and falls to 1).
+    fast_electra_temperature_start: float = 2.0
 
 
 # About 80-90 minutes on the 2-core CPU (TensorFlow running one op at a time, the trainer's CPU
@@ -91,6 +119,7 @@ FULL = Settings(
     mixed_precision="auto", seeds=3, curve_seeds=2, curve_tasks=("bbc_news",),
     finetune={"bbc_news": {"max_seq_length": 128, "num_train_epochs": 3.0, "max_train_examples": None},
               "pang_lee": {"max_seq_length": 64, "num_train_epochs": 10.0, "max_train_examples": None}},
+    probe_fractions=tuple(k / 10 for k in range(1, 11)),
 )
 QUICK = Settings(
     name="quick",
@@ -248,9 +277,12 @@ def finetune(work_dir: str, raw_dir: str, settings: Settings, label: str, task: 
         "model_dir": os.path.join(out, "models"), "log_steps": 10 ** 6,
     }
     if init_checkpoint is None:
+        vocab_file = os.path.join(work_dir, "data", "vocab.txt")
+        with open(vocab_file, encoding="utf-8") as f:
+            vocab_size = sum(1 for _ in f)
         hparams.update({"random_init": True, "model_hparam_overrides": dict(settings.model),
-                        "embedding_size": settings.embedding_size, "vocab_size": VOCAB_SIZE,
-                        "vocab_file": os.path.join(work_dir, "data", "vocab.txt")})
+                        "embedding_size": settings.embedding_size, "vocab_size": vocab_size,
+                        "vocab_file": vocab_file})
     else:
         hparams["init_checkpoint"] = init_checkpoint
     config = FinetuningConfig.create("experiment", work_dir, hparams)
@@ -264,8 +296,9 @@ def finetune(work_dir: str, raw_dir: str, settings: Settings, label: str, task: 
 # ------------------------------------------------------------------------------------------------
 # TensorBoard events and plots
 # ------------------------------------------------------------------------------------------------
-CURVE_TAGS = ("total_loss", "masked_lm_loss", "disc_loss", "disc_accuracy")
-COLORS = {"electra": "tab:blue", "mlm": "tab:orange", "two_stage": "tab:green"}
+CURVE_TAGS = ("total_loss", "masked_lm_loss", "disc_loss", "disc_accuracy", "disc_auc")
+COLORS = {"electra": "tab:blue", "mlm": "tab:orange", "two_stage": "tab:green", "gdes": "tab:red",
+          "decoupled": "tab:purple", "gdes_decoupled": "tab:brown", "fast_electra": "tab:cyan"}
 
 
 def read_scalars(model_dir: str, tags=CURVE_TAGS) -> Dict[str, List[List[float]]]:
@@ -291,9 +324,11 @@ def plot_pretraining_curves(curves: dict, path: str) -> Optional[str]:
     except ImportError:
         logger.warning("matplotlib is not installed: %s not written", path)
         return None
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7))
     titles = {"total_loss": "total loss (MLM + 50 x disc)", "masked_lm_loss": "MLM loss",
-              "disc_loss": "discriminator loss", "disc_accuracy": "discriminator accuracy"}
+              "disc_loss": "discriminator loss", "disc_accuracy": "discriminator accuracy",
+              "disc_auc": "discriminator AUC (training batches)"}
+    axes.flat[-1].axis("off")
     for ax, tag in zip(axes.flat, CURVE_TAGS):
         for run, series in curves.items():
             if run == "mlm" and tag.startswith("disc"):
@@ -312,6 +347,8 @@ def plot_pretraining_curves(curves: dict, path: str) -> Optional[str]:
 
 
 def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> Optional[str]:
+    if not points:
+        return None  # no fine-tuned checkpoint of a curve task (--tasks, --curve-seeds 0)
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -322,7 +359,7 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
     tasks = sorted({p["task"] for p in points})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        for objective in OBJECTIVES:
+        for objective in ALL_OBJECTIVES:
             rows = sorted((p for p in points if p["task"] == task and p["objective"] == objective),
                           key=lambda p: p["flops"])
             if rows:
@@ -337,6 +374,31 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
         ax.set_ylabel("dev accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_probe(probes: Dict[str, List[dict]], path: str) -> Optional[str]:
+    """The learning probe's dev accuracy against pretraining FLOPs, one line per objective."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: %s not written", path)
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for objective, rows in probes.items():
+        if rows:
+            ax.plot([r["flops"] / 1e12 for r in rows], [100 * r["dev_accuracy"] for r in rows],
+                    marker="o", label=objective, color=COLORS.get(objective))
+    ax.set_title("learning probe: linear classifier on frozen features, dev accuracy")
+    ax.set_xlabel("pretraining TFLOPs")
+    ax.set_ylabel("dev accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -432,68 +494,141 @@ def fast_electra_stage1_hparams(settings: Settings, steps: int) -> dict:
                                model_hparam_overrides=sizes)
 
 
-def run_experiment(settings: Settings, work_dir: str, output_dir: str) -> dict:
+def probe_steps(settings: Settings, steps: int) -> List[int]:
+    """The checkpoints the learning probe reads: step 0 and `probe_fractions` of `steps`."""
+    return sorted({0} | {max(1, int(round(f * steps))) for f in settings.probe_fractions})
+
+
+def kept_steps(settings: Settings, steps: int) -> List[int]:
+    """The checkpoints a run keeps: the fine-tuned ones and the ones the probe reads."""
+    return sorted((set(checkpoint_steps(settings, steps)) | set(probe_steps(settings, steps))) - {0})
+
+
+def plan_steps(plan: dict, objective: str) -> tuple:
+    """(stage-1 steps, stage-1 FLOPs per step, steps, FLOPs per step) of `objective`; the
+    variants without a stage 1 cost what an ELECTRA step costs (`flops_per_sequence`)."""
+    steps, per_step = plan["steps"], plan["flops_per_step"]
+    if objective in TWO_STAGE:
+        return (steps[f"{objective}_1"], per_step[f"{objective}_1"], steps[f"{objective}_2"],
+                per_step[f"{objective}_2"])
+    key = "electra" if objective in VARIANT_HPARAMS else objective
+    return 0, 0.0, steps[key], per_step[key]
+
+
+def pretrain_objective(settings: Settings, data_dir: str, plan: dict, objective: str,
+                       runs: dict) -> None:
+    """Pretrains `objective` (and its stage 1) into `runs`, resuming what exists."""
+    stage1_steps, _, steps, _ = plan_steps(plan, objective)
+    if objective == "mlm":
+        hparams = pretraining_hparams(settings, steps, electra_objective=False)
+    elif objective == "two_stage":
+        runs["two_stage_1"] = pretrain(data_dir, "two_stage_1", pretraining_hparams(
+            settings, stage1_steps, electra_objective=False), [stage1_steps])
+        hparams = pretraining_hparams(
+            settings, steps, untied_generator_embeddings=True, generator_hidden_size=1.0,
+            generator_layers=1.0, gen_weight=0.0,
+            two_stage_generator_dir=runs["two_stage_1"]["model_dir"])
+    elif objective == "fast_electra":
+        runs["fast_electra_1"] = pretrain(data_dir, "fast_electra_1", fast_electra_stage1_hparams(
+            settings, stage1_steps), [stage1_steps])
+        hparams = pretraining_hparams(
+            settings, steps, gen_weight=0.0,
+            frozen_generator_dir=runs["fast_electra_1"]["model_dir"],
+            temperature_start=settings.fast_electra_temperature_start)
+    else:
+        hparams = pretraining_hparams(settings, steps, **VARIANT_HPARAMS.get(objective, {}))
+    runs[objective] = pretrain(data_dir, objective, hparams, kept_steps(settings, steps))
+
+
+def probe_curve(settings: Settings, run: dict, raw_dir: str, cache_path: str) -> List[dict]:
+    """The learning probe on each kept checkpoint of `run` (and step 0): [{step, dev_accuracy,
+    train_accuracy, seconds}], cached in `cache_path` (a rerun probes only what is new)."""
+    from electra_tf import probe_settings
+    from electra_tf.training import probe, run_dir
+
+    cached = {}
+    if os.path.exists(cache_path):
+        with open(cache_path, encoding="utf-8") as f:
+            cached = {row["step"]: row for row in json.load(f)}
+    model_dir = run["model_dir"]
+    steps = probe_steps(settings, max(run["checkpoints"]))
+    todo = [s for s in steps if s not in cached
+            and os.path.exists(os.path.join(model_dir, f"ckpt-{s}.index"))]
+    if todo:
+        config = probe_settings.parse({"task_dir": os.path.join(raw_dir, settings.probe_task)})
+        data = None
+        for step in todo:
+            loaded = run_dir.load_run(model_dir, checkpoint=os.path.join(model_dir, f"ckpt-{step}"))
+            data = data or probe.encode_task(config, loaded.config, loaded.vocab)
+            scalars = probe.Probe(config, data).run(step, loaded.model.discriminator)
+            cached[step] = {"step": step, **{k.split("/", 1)[1]: v for k, v in scalars.items()}}
+        with open(cache_path, "w", encoding="utf-8") as f:
+            json.dump([cached[s] for s in sorted(cached)], f, indent=1)
+    return [cached[s] for s in sorted(cached) if s in steps]
+
+
+def run_experiment(settings: Settings, work_dir: str, output_dir: str,
+                   objectives=OBJECTIVES, tasks=TASKS, paths: Optional[dict] = None) -> dict:
     start = time.time()
-    paths = prepare_data(work_dir, settings)
+    paths = paths or prepare_data(work_dir, settings)
     data_dir, raw_dir = paths["data_dir"], paths["raw_dir"]
+    own_vocab = os.path.join(work_dir, "data", "vocab.txt")  # random init's (`finetune`)
+    if not os.path.exists(own_vocab):
+        os.makedirs(os.path.dirname(own_vocab), exist_ok=True)
+        shutil.copyfile(os.path.join(data_dir, "vocab.txt"), own_vocab)
     plan = budget(settings)
     logger.info("budget %.3g FLOPs; steps %s", plan["budget_flops"], plan["steps"])
-    steps = plan["steps"]
-    per_step = plan["flops_per_step"]
-
-    runs = {
-        "electra": pretrain(data_dir, "electra", pretraining_hparams(settings, steps["electra"]),
-                            checkpoint_steps(settings, steps["electra"])),
-        "mlm": pretrain(data_dir, "mlm", pretraining_hparams(settings, steps["mlm"], electra_objective=False),
-                        checkpoint_steps(settings, steps["mlm"])),
-    }
-    runs["two_stage_1"] = pretrain(
-        data_dir, "two_stage_1", pretraining_hparams(settings, steps["two_stage_1"], electra_objective=False),
-        [steps["two_stage_1"]])
-    runs["two_stage"] = pretrain(
-        data_dir, "two_stage", pretraining_hparams(
-            settings, steps["two_stage_2"], untied_generator_embeddings=True,
-            generator_hidden_size=1.0, generator_layers=1.0, gen_weight=0.0,
-            two_stage_generator_dir=runs["two_stage_1"]["model_dir"]),
-        checkpoint_steps(settings, steps["two_stage_2"]))
+    runs: Dict[str, dict] = {}
+    for objective in objectives:
+        pretrain_objective(settings, data_dir, plan, objective, runs)
     pretrain_seconds = time.time() - start
 
     def flops_at(objective: str, step: int) -> float:
-        if objective == "two_stage":
-            return steps["two_stage_1"] * per_step["two_stage_1"] + step * per_step["two_stage_2"]
-        return step * per_step[objective]
+        stage1_steps, stage1_per_step, _, per_step = plan_steps(plan, objective)
+        return stage1_steps * stage1_per_step + step * per_step
 
-    finals = {obj: runs[obj]["checkpoints"][max(runs[obj]["checkpoints"])] for obj in OBJECTIVES}
+    finals = {obj: runs[obj]["checkpoints"][max(runs[obj]["checkpoints"])] for obj in objectives}
     finetuning: Dict[str, Dict[str, dict]] = {}
     for label, init in list(finals.items()) + [("random", None)]:
-        for task in TASKS:
+        for task in tasks:
             result = finetune(work_dir, raw_dir, settings, label, task, settings.seeds, init)
-            finetuning.setdefault(label, {})[task] = result["summary"][task]
+            finetuning.setdefault(label, {})[task] = dict(result["summary"][task],
+                                                          trials=len(result["trials"]))
     points = []
-    for objective in OBJECTIVES:
+    for objective in objectives:
+        fine_tuned = set(checkpoint_steps(settings, max(runs[objective]["checkpoints"])))
         for step, checkpoint in sorted(runs[objective]["checkpoints"].items()):
             for task in settings.curve_tasks:
+                if step not in fine_tuned or task not in tasks:
+                    continue
                 if checkpoint == finals[objective]:
                     stat = finetuning[objective][task]["dev"]["accuracy"]
-                else:
+                elif settings.curve_seeds:
                     result = finetune(work_dir, raw_dir, settings, f"{objective}_step{step}", task,
                                       settings.curve_seeds, checkpoint)
                     stat = result["summary"][task]["dev"]["accuracy"]
+                else:
+                    continue
                 points.append({"objective": objective, "step": step, "flops": flops_at(objective, step),
                                "task": task, "mean": stat["mean"], "std": stat["std"]})
-    curves = {name: read_scalars(runs[name]["model_dir"]) for name in ("electra", "mlm", "two_stage")}
+    probes = {}
+    for objective in objectives:
+        rows = probe_curve(settings, runs[objective], raw_dir,
+                           os.path.join(work_dir, f"probe_{objective}.json"))
+        probes[objective] = [dict(row, flops=flops_at(objective, row["step"])) for row in rows]
+    curves = {name: read_scalars(runs[name]["model_dir"]) for name in objectives}
     os.makedirs(output_dir, exist_ok=True)
+    floors = {t: finetuning["random"][t]["dev"]["accuracy"] for t in settings.curve_tasks if t in tasks}
     images = {
-        "downstream": plot_downstream(points, {t: finetuning["random"][t]["dev"]["accuracy"]
-                                               for t in settings.curve_tasks},
-                                      os.path.join(output_dir, "downstream_vs_flops.png")),
+        "downstream": plot_downstream(points, floors, os.path.join(output_dir, "downstream_vs_flops.png")),
+        "probe": plot_probe(probes, os.path.join(output_dir, "probe_vs_flops.png")),
         "pretraining": plot_pretraining_curves(curves, os.path.join(output_dir, "pretraining_curves.png")),
     }
     results = {
-        "settings": dataclasses.asdict(settings), "plan": plan,
+        "settings": dataclasses.asdict(settings), "plan": plan, "objectives": list(objectives),
         "pretraining": {name: {k: v for k, v in run.items() if k != "checkpoints"} | {
             "checkpoints": {str(s): p for s, p in run["checkpoints"].items()}} for name, run in runs.items()},
-        "finetuning": finetuning, "curve_points": points, "reference_curves": curves,
+        "finetuning": finetuning, "curve_points": points, "probe": probes, "reference_curves": curves,
         "images": images, "seconds": {"pretraining_this_session": pretrain_seconds,
                                       "total_this_session": time.time() - start},
     }
@@ -504,38 +639,65 @@ def run_experiment(settings: Settings, work_dir: str, output_dir: str) -> dict:
     return results
 
 
+def _plan_key(name: str) -> str:
+    """The plan's step / FLOPs key of a pretraining run."""
+    if name in TWO_STAGE:
+        return f"{name}_2"
+    return "electra" if name in VARIANT_HPARAMS else name
+
+
 def summary_markdown(results: dict) -> str:
     """The tables docs/experiments.md shows."""
     plan = results["plan"]
     lines = ["## Pretraining (equal FLOPs)", "",
              "| run | steps | FLOPs/step | total FLOPs | wall time (s) | ex/s |", "|---|---|---|---|---|---|"]
-    for name in ("electra", "mlm", "two_stage_1", "two_stage"):
-        key = "two_stage_2" if name == "two_stage" else name
+    order = [n for o in results.get("objectives", OBJECTIVES)
+             for n in ((f"{o}_1", o) if o in TWO_STAGE else (o,))]
+    for name in order:
+        key = _plan_key(name)
         run = results["pretraining"][name]
-        seconds = run.get("seconds")
-        rate = run.get("examples_per_second")
-        lines.append(f"| {name} | {plan['steps'][key]} | {plan['flops_per_step'][key]:.3g} | "
-                     f"{plan['steps'][key] * plan['flops_per_step'][key]:.3g} | "
-                     f"{seconds:.0f} | {rate:.1f} |" if seconds is not None and rate is not None else
-                     f"| {name} | {plan['steps'][key]} | {plan['flops_per_step'][key]:.3g} | "
-                     f"{plan['steps'][key] * plan['flops_per_step'][key]:.3g} | - | - |")
+        steps, per_step = plan["steps"][key], plan["flops_per_step"][key]
+        seconds, rate = run.get("seconds"), run.get("examples_per_second")
+        timing = (f"{seconds:.0f} | {rate:.1f}" if seconds is not None and rate is not None
+                  else "- | -")
+        lines.append(f"| {name} | {steps} | {per_step:.3g} | {steps * per_step:.3g} | {timing} |")
     lines += ["", "## Fine-tuning (mean ± sample std over seeds, %)", "",
-              "| model | task | dev accuracy | test accuracy | dev macro F1 | test macro F1 | dev MCC | test MCC |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| model | task | seeds | dev accuracy | test accuracy | dev macro F1 | test macro F1 | dev MCC | test MCC |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for model, tasks in results["finetuning"].items():
         for task, splits in tasks.items():
             def cell(split, metric):
                 stat = splits.get(split, {}).get(metric)
                 return f"{stat['mean']:.1f} ± {stat['std']:.1f}" if stat else "-"
-            lines.append(f"| {model} | {task} | {cell('dev', 'accuracy')} | {cell('test', 'accuracy')} | "
-                         f"{cell('dev', 'macro_f1')} | {cell('test', 'macro_f1')} | {cell('dev', 'mcc')} | "
-                         f"{cell('test', 'mcc')} |")
-    lines += ["", "## Downstream dev accuracy vs pretraining FLOPs", "",
-              "| objective | step | FLOPs | task | dev accuracy |", "|---|---|---|---|---|"]
-    for p in results["curve_points"]:
-        lines.append(f"| {p['objective']} | {p['step']} | {p['flops']:.3g} | {p['task']} | "
-                     f"{p['mean']:.1f} ± {p['std']:.1f} |")
+            lines.append(f"| {model} | {task} | {splits.get('trials', '-')} | {cell('dev', 'accuracy')} | "
+                         f"{cell('test', 'accuracy')} | {cell('dev', 'macro_f1')} | {cell('test', 'macro_f1')} | "
+                         f"{cell('dev', 'mcc')} | {cell('test', 'mcc')} |")
+    if results.get("curve_points"):
+        lines += ["", "## Downstream dev accuracy vs pretraining FLOPs", "",
+                  "| objective | step | FLOPs | task | dev accuracy |", "|---|---|---|---|---|"]
+        for p in results["curve_points"]:
+            lines.append(f"| {p['objective']} | {p['step']} | {p['flops']:.3g} | {p['task']} | "
+                         f"{p['mean']:.1f} ± {p['std']:.1f} |")
+    if results.get("probe"):
+        lines += ["", "## Learning probe (dev accuracy %, linear classifier on frozen features)", "",
+                  "| objective | step | FLOPs | dev accuracy | train accuracy |", "|---|---|---|---|---|"]
+        for objective, rows in results["probe"].items():
+            for row in rows:
+                lines.append(f"| {objective} | {row['step']} | {row['flops']:.3g} | "
+                             f"{100 * row['dev_accuracy']:.1f} | {100 * row['train_accuracy']:.1f} |")
     return "\n".join(lines) + "\n"
+
+
+def _names(choices: tuple):
+    """An argparse type: a comma-separated list of names out of `choices`, in their order."""
+    def parse(text: str) -> tuple:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown name(s) {', '.join(unknown) or '(none)'}; "
+                                             f"choose from {', '.join(choices)}")
+        return tuple(n for n in choices if n in names)
+    return parse
 
 
 def main(argv=None) -> int:
@@ -548,8 +710,25 @@ def main(argv=None) -> int:
     parser.add_argument("--electra-steps", type=int, default=None,
                         help="ELECTRA steps, which set the FLOPs budget of every objective")
     parser.add_argument("--seeds", type=int, default=None, help="fine-tuning seeds per final model")
+    parser.add_argument("--objectives", type=_names(ALL_OBJECTIVES), default=OBJECTIVES,
+                        help="comma-separated runs, each at the same FLOPs budget (default "
+                        f"{','.join(OBJECTIVES)}; also: {', '.join(ALL_OBJECTIVES[len(OBJECTIVES):])}: "
+                        "issue 34's variants, see above)")
+    parser.add_argument("--tasks", type=_names(TASKS), default=TASKS,
+                        help=f"comma-separated fine-tuning tasks (default {','.join(TASKS)})")
+    parser.add_argument("--curve-seeds", type=int, default=None,
+                        help="fine-tuning seeds per intermediate checkpoint (0: none; the learning "
+                        "probe still reads every kept checkpoint)")
+    parser.add_argument("--data-dir", default=None,
+                        help="pretraining data dir (vocab.txt, pretrain_tfrecords/) to use instead "
+                        "of building one in the work dir; needs --raw-dir")
+    parser.add_argument("--raw-dir", default=None,
+                        help="fine-tuning task dirs (<task>/{train,dev,test}.tsv) instead of "
+                        "fetching them; needs --data-dir")
     parser.add_argument("--overwrite", action="store_true", help="delete the work dir first")
     args = parser.parse_args(argv)
+    if (args.data_dir is None) != (args.raw_dir is None):
+        parser.error("--data-dir and --raw-dir go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("electra_tf").setLevel(logging.INFO)
     settings = QUICK if args.quick else FULL
@@ -558,6 +737,8 @@ def main(argv=None) -> int:
         overrides["electra_steps"] = args.electra_steps
     if args.seeds:
         overrides["seeds"] = args.seeds
+    if args.curve_seeds is not None:
+        overrides["curve_seeds"] = args.curve_seeds
     settings = dataclasses.replace(settings, **overrides)
     suffix = "_quick" if args.quick else ""
     work_dir = args.work_dir or os.path.join(REPO_ROOT, "pretrain_data", "experiments", f"electra_vs_mlm{suffix}")
@@ -581,7 +762,8 @@ def main(argv=None) -> int:
     os.makedirs(work_dir, exist_ok=True)
     with open(marker, "w") as f:
         json.dump(identity, f, indent=1)
-    results = run_experiment(settings, work_dir, output_dir)
+    paths = {"data_dir": args.data_dir, "raw_dir": args.raw_dir} if args.data_dir else None
+    results = run_experiment(settings, work_dir, output_dir, args.objectives, args.tasks, paths)
     print(summary_markdown(results))
     print(f"outputs: {output_dir}  (total {results['seconds']['total_this_session']:.0f} s)")
     return 0

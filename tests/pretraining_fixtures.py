@@ -123,6 +123,21 @@ def write_manifest(out_dir: str, vocab_path: str, max_seq_length: int, splits: d
     return path
 
 
+def write_labelled_tasks(raw_dir: str) -> str:
+    """Small bbc_news (3 labels) and pang_lee (2) task dirs of random fixture-vocab words, as
+    `python -m electra_tf.sources.labelled` writes them (train 24 / dev 6 / test 6 rows)."""
+    from electra_tf.sources.labelled import LabelledExample, write_tsv
+
+    rng = np.random.default_rng(0)
+    for task, labels in (("bbc_news", ["business", "sport", "tech"]), ("pang_lee", ["0", "1"])):
+        os.makedirs(os.path.join(raw_dir, task))
+        for split, count in (("train", 24), ("dev", 6), ("test", 6)):
+            rows = [LabelledExample(" ".join(f"w{rng.integers(0, 60)}" for _ in range(8)),
+                                    labels[i % len(labels)], f"{split}:{i}") for i in range(count)]
+            write_tsv(os.path.join(raw_dir, task, f"{split}.tsv"), rows)
+    return raw_dir
+
+
 def tiny_hparams(**overrides) -> dict:
     hparams = json.loads(json.dumps(TINY_HPARAMS))
     for key, value in overrides.items():

@@ -77,23 +77,11 @@ def test_slim_checkpoints_keep_the_model_and_round_only_to_float16(tmp_path):
         assert json.loads(str(archive["meta"]))["step"] == 7
 
 
-def _write_tasks(raw_dir):
-    from electra_tf.sources.labelled import LabelledExample, write_tsv
-
-    rng = np.random.default_rng(0)
-    for task, labels in (("bbc_news", ["business", "sport", "tech"]), ("pang_lee", ["0", "1"])):
-        os.makedirs(os.path.join(raw_dir, task))
-        for split, count in (("train", 24), ("dev", 6), ("test", 6)):
-            rows = [LabelledExample(" ".join(f"w{rng.integers(0, 60)}" for _ in range(8)),
-                                    labels[i % len(labels)], f"{split}:{i}") for i in range(count)]
-            write_tsv(os.path.join(raw_dir, task, f"{split}.tsv"), rows)
-
-
 @pytest.mark.slow
 def test_both_phases_run_end_to_end_on_cpu(tmp_path):
     data_dir, out, raw = tmp_path / "data", tmp_path / "returned", tmp_path / "raw"
     fx.write_dataset(str(data_dir), examples_per_shard=64)
-    _write_tasks(str(raw))
+    fx.write_labelled_tasks(str(raw))
     env = fx.subprocess_env(JAX_PLATFORMS="cpu")
     script = os.path.join("experiments", "electra_vs_mlm_gpu.py")
     pretrain = subprocess.run(
