@@ -119,7 +119,7 @@ FULL = Settings(
     mixed_precision="auto", seeds=3, curve_seeds=2, curve_tasks=("bbc_news",),
     finetune={"bbc_news": {"max_seq_length": 128, "num_train_epochs": 3.0, "max_train_examples": None},
               "pang_lee": {"max_seq_length": 64, "num_train_epochs": 10.0, "max_train_examples": None}},
-    probe_fractions=tuple(k / 10 for k in range(1, 11)),
+    probe_fractions=(0.2, 0.4, 0.6, 0.8, 1.0),
 )
 QUICK = Settings(
     name="quick",

@@ -37,8 +37,8 @@ def test_every_variant_costs_the_budget(settings):
     assert fe1_steps == fe2_steps
 
 
-def test_the_probe_reads_step_0_and_every_tenth_and_the_fine_tuned_checkpoints_are_kept():
-    assert experiment.probe_steps(experiment.FULL, 3000) == [0] + list(range(300, 3001, 300))
+def test_the_probe_reads_step_0_and_every_fifth_and_the_fine_tuned_checkpoints_are_kept():
+    assert experiment.probe_steps(experiment.FULL, 3000) == [0, 600, 1200, 1800, 2400, 3000]
     kept = experiment.kept_steps(experiment.FULL, 3000)
     assert 0 not in kept  # the trainer writes ckpt-0 itself
     assert {1000, 2000, 3000} <= set(kept)  # fine-tuned at 1/3 and 2/3 (checkpoint_fractions)
