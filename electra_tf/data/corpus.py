@@ -41,7 +41,9 @@ READ_CHUNK_BYTES = 1 << 20  # binary read size; also the unit of tokenisation ba
 MAX_LINE_BYTES = 1 << 20  # longer lines are split into pieces of at most this many bytes
 _READ_PIECE_BYTES = 1 << 16  # a chunk is read in pieces of this size (see `_read_chunks`)
 _SPLIT_AT_SPACE_WINDOW = 4096  # look this far back from the cut for a space to split at
-_BOM = codecs.BOM_UTF8
+# The UTF-8 byte order mark some editors write first: dropped (and counted) at the start of a
+# file by every reader of corpus text, the JSON readers of `formats` too.
+BOM = codecs.BOM_UTF8
 _ERROR_HANDLER = "electra_tf.count_replace"
 
 
@@ -282,10 +284,10 @@ def _iter_lines(source: BinaryIO, stats: ReadStats, decoded: "_LineDecoder", chu
     pending_split = False  # pending continues a line already counted in lines_split
     first = True
     for chunk in _read_chunks(source, chunk_bytes):
-        if first and chunk.startswith(_BOM):
+        if first and chunk.startswith(BOM):
             stats.bom_files += 1
-            stats.bytes_read += len(_BOM)
-            chunk = chunk[len(_BOM):]
+            stats.bytes_read += len(BOM)
+            chunk = chunk[len(BOM):]
         first = False
         stats.bytes_read += len(chunk)
         stats.nul_bytes += chunk.count(b"\x00")

@@ -58,7 +58,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, List, Optional
 import numpy as np
 
 from electra_tf.data import content
-from electra_tf.data.corpus import (_BOM, MAX_LINE_BYTES, PROBLEM_BAD_MEMBER,
+from electra_tf.data.corpus import (BOM, MAX_LINE_BYTES, PROBLEM_BAD_MEMBER,
                                     PROBLEM_DAMAGED_STREAM, PROBLEM_INVALID_JSON,
                                     PROBLEM_INVALID_UTF8, PROBLEM_LONG_LINE,
                                     PROBLEM_MISSING_FIELD, PROBLEM_NOT_TEXT,
@@ -412,9 +412,9 @@ def _next_jsonl_document(stream: BinaryIO, relpath: str, line: int, field: str,
         stats.note(relpath, PROBLEM_LONG_LINE, f"line {line}",
                    f"a JSON line over {MAX_JSON_LINE_BYTES >> 20} MiB, skipped")
         return []
-    if line == 1 and raw.startswith(_BOM):
+    if line == 1 and raw.startswith(BOM):
         stats.bom_files += 1
-        raw = raw[len(_BOM):]
+        raw = raw[len(BOM):]
     if not raw.strip():
         stats.blank_lines += 1
         return []
