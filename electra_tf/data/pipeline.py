@@ -22,7 +22,7 @@ draw for 1 shard or 1000 (docs/design.md, "Data order"). The file reshuffle and 
 make each epoch's batches different; the record shuffle only breaks up the interleave's pattern.
 
 Masking is not done here: it is dynamic, drawn in the training step from the step's seed.
-The integrity checks the trainer runs first are in `integrity` (re-exported here).
+The integrity checks the trainer runs first are in `integrity`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,7 @@ from typing import List, Optional
 import tensorflow as tf
 
 from electra_tf.data import order, tfrecord_io
-# Re-exported: the trainer calls them through this module.
-from electra_tf.data.integrity import (DataError, find_bad_file, list_files,  # noqa: F401
-                                       validate_dataset)
+from electra_tf.data.integrity import list_files
 
 # Records per window of the record shuffle (`order.record_order`; official: a 100-record
 # shuffle buffer after the interleave).

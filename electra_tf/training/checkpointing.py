@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line
-from electra_tf.training import run_dir
+from electra_tf.training import checkpoint_files
 
 logger = logging.getLogger("electra_tf")
 
@@ -55,11 +55,12 @@ class RunCheckpoint:
         self.max_to_keep = max_to_keep
         if os.path.isdir(directory):
             # TensorFlow's CheckpointManager fails on a damaged state file: rewrite it first.
-            run_dir.repair_checkpoint_state(directory)
+            checkpoint_files.repair_checkpoint_state(directory)
         self.track_data(data_iterator, data_key)
 
-    def _model_items(self) -> dict:
-        return {"model": self.model, "optimizer": self.optimizer,
+    def _state(self) -> dict:
+        """The trainer's state beside the model (`checkpoint_files.run_checkpoint`'s `state`)."""
+        return {"optimizer": self.optimizer,
                 # The seed generators' integer states only: a frozen generator's weights are
                 # non-trainable too (and saved with the model already).
                 "rng_state": [v for v in self.model.non_trainable_variables
@@ -67,12 +68,12 @@ class RunCheckpoint:
 
     def track_data(self, iterator, key: Optional[str]) -> None:
         """Saves `iterator`'s position (and `key`, its pipeline) from now on (None: no data)."""
-        items = self._model_items()
+        state = self._state()
         if iterator is not None:
-            items["train_data"] = iterator
-            items[TRAIN_DATA_KEY_NAME] = tf.Variable(key, trainable=False, dtype=tf.string)
+            state["train_data"] = iterator
+            state[TRAIN_DATA_KEY_NAME] = tf.Variable(key, trainable=False, dtype=tf.string)
         self.data_key = key if iterator is not None else None
-        self.checkpoint = tf.train.Checkpoint(**items)
+        self.checkpoint = checkpoint_files.run_checkpoint(self.model, **state)
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, self.directory, max_to_keep=self.max_to_keep,
             step_counter=self.optimizer.iterations, checkpoint_interval=None)
@@ -96,15 +97,15 @@ class RunCheckpoint:
         if bad is not None:
             raise TrainingError(
                 f"the weights are not finite after step {step} (NaN or Inf in {bad}): "
-                f"{run_dir.CHECKPOINT_PREFIX}-{step} is not saved and training stopped. The last "
-                f"good checkpoint is {self.latest}; lower learning_rate (or set "
+                f"{checkpoint_files.CHECKPOINT_PREFIX}-{step} is not saved and training stopped. "
+                f"The last good checkpoint is {self.latest}; lower learning_rate (or set "
                 "max_skipped_nonfinite_steps) and rerun to resume from it")
         try:
             path = self.manager.save(checkpoint_number=step)
             _sync(path, self.directory)
             return path
         except (tf.errors.OpError, OSError) as e:
-            name = os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{step}")
+            name = os.path.join(self.directory, f"{checkpoint_files.CHECKPOINT_PREFIX}-{step}")
             shutil.rmtree(name + "_temp", ignore_errors=True)
             reason = error_line(e, limit=None)
             reason = reason.split("; ", 1)[-1][:200]  # TensorFlow's "op context; reason"
@@ -122,7 +123,8 @@ class RunCheckpoint:
         """
         same_data = (self.data_key is not None and own_data
                      and _read_string(path, TRAIN_DATA_KEY_NAME) == self.data_key)
-        checkpoint = self.checkpoint if same_data else tf.train.Checkpoint(**self._model_items())
+        checkpoint = (self.checkpoint if same_data
+                      else checkpoint_files.run_checkpoint(self.model, **self._state()))
         try:
             # expect_partial: an eval/export run, or a changed pipeline, leaves the saved data
             # position unread on purpose.
@@ -139,7 +141,7 @@ class RunCheckpoint:
         from-google`): weights and step come from it, the optimizer starts fresh."""
         step = tf.Variable(0, dtype=tf.int64)
         try:
-            tf.train.Checkpoint(model=self.model, step=step).restore(
+            checkpoint_files.run_checkpoint(self.model, step=step).restore(
                 path).assert_existing_objects_matched().expect_partial()
         except (AssertionError, ValueError, tf.errors.OpError) as e:
             raise TrainingError(f"cannot start from the imported checkpoint {path}: it does not "
@@ -157,7 +159,7 @@ def _sync(prefix: str, directory: str) -> None:
         return
     for path in sorted(tf.io.gfile.glob(prefix + ".*")):
         atomic.fsync_path(path)
-    state = os.path.join(directory, run_dir.CHECKPOINT_STATE_NAME)
+    state = os.path.join(directory, checkpoint_files.CHECKPOINT_STATE_NAME)
     if os.path.exists(state):
         atomic.fsync_path(state)
     atomic.fsync_path(directory)

@@ -47,9 +47,9 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (dataset_checks, hosts, optimization, portable_board,
-                                 portable_checkpoint, preemption, probe, run_base, run_dir,
-                                 summaries)
+from electra_tf.training import (checkpoint_files, dataset_checks, hosts, optimization,
+                                 portable_board, portable_checkpoint, preemption, probe, run_base,
+                                 run_dir, summaries)
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
@@ -219,11 +219,11 @@ class PortableTrainer(run_base.LockedRun):
         if self.hosts.several:
             found = self._same_checkpoint_everywhere(found)
         if found is None and os.path.isdir(os.path.join(config.model_dir,
-                                                        run_dir.INIT_CHECKPOINT_DIR)):
+                                                        checkpoint_files.INIT_CHECKPOINT_DIR)):
             raise TrainingError(
                 f"{config.model_dir} holds an imported TensorFlow checkpoint "
-                f"({run_dir.INIT_CHECKPOINT_DIR}/), which --backend {config.backend} cannot read: "
-                "start it with --backend tensorflow (docs/keras.md)")
+                f"({checkpoint_files.INIT_CHECKPOINT_DIR}/), which --backend {config.backend} "
+                "cannot read: start it with --backend tensorflow (docs/keras.md)")
         if found is None and not config.do_train:
             raise TrainingError(f"no checkpoint in {config.model_dir} to evaluate: train first "
                                 "(do_train) or check --data-dir / --model-name")

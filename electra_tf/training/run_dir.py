@@ -34,12 +34,6 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.locking import LOCK_NAME, DirectoryLock, current_holder, describe, held_here
 from electra_tf.training import checkpoint_files
-# Transitional (issue 36): training/checkpointing.py, trainer.py and portable_trainer.py still read
-# these names through this module; once they import them from `checkpoint_files`, this goes.
-from electra_tf.training.checkpoint_files import (  # noqa: F401
-    CHECKPOINT_PREFIX, CHECKPOINT_STATE_NAME, INIT_CHECKPOINT_DIR, checkpoint_number,
-    checkpoint_to_read, enforce_retention, latest_good_checkpoint, remove_leftovers,
-    repair_checkpoint_state)
 from electra_tf.vocab import Vocab, file_sha256, load_vocab
 
 logger = logging.getLogger("electra_tf")

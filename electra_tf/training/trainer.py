@@ -33,13 +33,13 @@ import tensorflow as tf
 
 from electra_tf import precision
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import pipeline
+from electra_tf.data import integrity, pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (board, checkpointing, frozen_generator, graph_leaks, inputs,
-                                 optimization, preemption, probe, run_base, run_dir, summaries,
-                                 train_step)
+from electra_tf.training import (board, checkpoint_files, checkpointing, frozen_generator,
+                                 graph_leaks, inputs, optimization, preemption, probe, run_base,
+                                 run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 
@@ -94,7 +94,7 @@ class Trainer(run_base.LockedRun):
         config = self.config
         self._prepare_run_dir(overwrite)
         if self._lock is not None:  # only the lock holder may tell leftovers from live files
-            run_dir.remove_leftovers(self._checkpoint_dir(), os.path.join(
+            checkpoint_files.remove_leftovers(self._checkpoint_dir(), os.path.join(
                 config.model_dir, run_dir.EXPORT_DIR) if self.chief else None)
         self._build()
         # The data position is checkpointed with the model, so a resumed run continues the data
@@ -113,8 +113,8 @@ class Trainer(run_base.LockedRun):
         self.restored_from = None
         self._start()
         if config.do_train and self._lock is not None:
-            run_dir.enforce_retention(self._checkpoint_dir(), self.restored_from,
-                                      config.keep_checkpoint_max or None)
+            checkpoint_files.enforce_retention(self._checkpoint_dir(), self.restored_from,
+                                               config.keep_checkpoint_max or None)
             # The manager read the state file before: give it the one listing what is on disk.
             self.checkpointer.track_data(self.train_iterator, self.checkpointer.data_key)
 
@@ -153,7 +153,7 @@ class Trainer(run_base.LockedRun):
     def _start(self) -> None:
         """Restores the run's latest checkpoint, else imported weights, else starts at step 0."""
         config = self.config
-        found = run_dir.checkpoint_to_read(config.model_dir)
+        found = checkpoint_files.checkpoint_to_read(config.model_dir)
         if found is None and not config.do_train and self._read_portable():
             return
         if found is None and not config.do_train:
@@ -191,8 +191,8 @@ class Trainer(run_base.LockedRun):
         chief's weights and restarts its data."""
         path, own_data = latest, True
         if not self.chief:
-            own = run_dir.latest_good_checkpoint(self._checkpoint_dir(),
-                                                 at_step=run_dir.checkpoint_number(latest))
+            own = checkpoint_files.latest_good_checkpoint(
+                self._checkpoint_dir(), at_step=checkpoint_files.checkpoint_number(latest))
             path, own_data = (own, True) if own is not None else (latest, False)
         same_data = self.checkpointer.restore(path, own_data)
         self.restored_from = path
@@ -281,7 +281,7 @@ class Trainer(run_base.LockedRun):
     def _stop_preempted(self) -> None:
         """Saves the current step (unless just saved) and raises Preempted."""
         latest = self.checkpointer.latest
-        if latest is None or run_dir.checkpoint_number(latest) != self.step:
+        if latest is None or checkpoint_files.checkpoint_number(latest) != self.step:
             self._save()
         raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
                         f"saved {self.checkpointer.latest}. Rerun the same command to resume")
@@ -307,7 +307,7 @@ class Trainer(run_base.LockedRun):
             done, history = self.train_loop()(self.train_iterator, tf.constant(num_steps))
         except tf.errors.DataLossError as e:
             # tf.data's message has an offset but no file name: find the file.
-            found = pipeline.find_bad_file(config.pretrain_tfrecords, config.max_seq_length)
+            found = integrity.find_bad_file(config.pretrain_tfrecords, config.max_seq_length)
             raise TrainingError(
                 f"a training record failed to read at step {self.step}: "
                 f"{found or error_line(e, limit=200)}. Training stopped; the last good checkpoint "
