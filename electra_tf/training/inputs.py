@@ -19,8 +19,6 @@ import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import integrity, pipeline
-# Re-exported: the trainer calls them through this module.
-from electra_tf.training.dataset_checks import check_datasets, record_plan  # noqa: F401
 
 
 class InputSplit(NamedTuple):

@@ -37,9 +37,9 @@ from electra_tf.data import integrity, pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.pretraining.pretrainer import ElectraPretrainer
-from electra_tf.training import (board, checkpoint_files, checkpointing, frozen_generator,
-                                 graph_leaks, inputs, optimization, preemption, probe, run_base,
-                                 run_dir, summaries, train_step)
+from electra_tf.training import (board, checkpoint_files, checkpointing, dataset_checks,
+                                 frozen_generator, graph_leaks, inputs, optimization, preemption,
+                                 probe, run_base, run_dir, summaries, train_step)
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 
@@ -79,7 +79,7 @@ class Trainer(run_base.LockedRun):
             resolved_mixed_precision_reason=self.precision.reason)
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
-        self.dataset_summaries = inputs.check_datasets(config, self.vocab)
+        self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
         # The learning probe's task is read and encoded now (the chief alone runs it).
         self.probe = probe.Probe.for_run(config, self.vocab) if self.chief else None
         # One writer per run directory, from here until close() (or the process's end).
@@ -211,7 +211,7 @@ class Trainer(run_base.LockedRun):
         return inputs.train_iterator(self.config, self.input_split, seed, self._record_plan("train"))
 
     def _record_plan(self, split: str) -> Optional[dict]:
-        return inputs.record_plan(self.dataset_summaries, split)
+        return dataset_checks.record_plan(self.dataset_summaries, split)
 
     def _checkpoint_dir(self) -> str:
         if self.chief:
