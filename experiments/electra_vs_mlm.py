@@ -316,13 +316,28 @@ def read_scalars(model_dir: str, tags=CURVE_TAGS) -> Dict[str, List[List[float]]
     return {tag: [[s, v] for s, v in sorted(series.items())] for tag, series in out.items()}
 
 
-def plot_pretraining_curves(curves: dict, path: str) -> Optional[str]:
+def _pyplot(path: str):
+    """matplotlib.pyplot on the Agg backend, or None (a warning naming `path`) without it."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         logger.warning("matplotlib is not installed: %s not written", path)
+        return None
+    return plt
+
+
+def _save(plt, fig, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_pretraining_curves(curves: dict, path: str) -> Optional[str]:
+    plt = _pyplot(path)
+    if plt is None:
         return None
     fig, axes = plt.subplots(2, 3, figsize=(15, 7))
     titles = {"total_loss": "total loss (MLM + 50 x disc)", "masked_lm_loss": "MLM loss",
@@ -340,21 +355,14 @@ def plot_pretraining_curves(curves: dict, path: str) -> Optional[str]:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> Optional[str]:
     if not points:
         return None  # no fine-tuned checkpoint of a curve task (--tasks, --curve-seeds 0)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.warning("matplotlib is not installed: %s not written", path)
+    plt = _pyplot(path)
+    if plt is None:
         return None
     tasks = sorted({p["task"] for p in points})
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.2), squeeze=False)
@@ -374,20 +382,13 @@ def plot_downstream(points: List[dict], floors: Dict[str, dict], path: str) -> O
         ax.set_ylabel("dev accuracy (%)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def plot_probe(probes: Dict[str, List[dict]], path: str) -> Optional[str]:
     """The learning probe's dev accuracy against pretraining FLOPs, one line per objective."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        logger.warning("matplotlib is not installed: %s not written", path)
+    plt = _pyplot(path)
+    if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for objective, rows in probes.items():
@@ -399,10 +400,7 @@ def plot_probe(probes: Dict[str, List[dict]], path: str) -> Optional[str]:
     ax.set_ylabel("dev accuracy (%)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 # ------------------------------------------------------------------------------------------------
