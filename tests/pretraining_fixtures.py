@@ -154,6 +154,18 @@ def tiny_config(data_dir: str, model_name: str = "tiny", **overrides):
     return PretrainingConfig.create(model_name, data_dir, tiny_hparams(**overrides))
 
 
+def layer_weights(layer) -> List[np.ndarray]:
+    """Copies of `layer`'s weights (the values now, whatever training does next)."""
+    return [w.copy() for w in layer.get_weights()]
+
+
+def assert_same_weights(a: List[np.ndarray], b: List[np.ndarray]) -> None:
+    """`a` and `b` are the same non-empty list of arrays, bit for bit."""
+    assert len(a) == len(b) and a
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
 def free_ports(count: int) -> List[int]:
     """Ports free on 127.0.0.1 right now (held open together so they are distinct)."""
     sockets = []
