@@ -33,7 +33,7 @@ def test_cfg1_every_official_task_name_has_a_family_and_others_are_refused(tmp_p
     assert {n for n, f in families.items() if f == "qa"} == {
         "squad", "squadv1", "newsqa", "naturalqs", "triviaqa", "searchqa"}
     config = _config(tmp_path, task_names=["nonsense"])
-    with pytest.raises(DataFileError, match=r"Unknown task 'nonsense': not an official task"):
+    with pytest.raises(DataFileError, match=r"Unknown task 'nonsense': not a named task"):
         build_task("nonsense", config, None, None, None)
     # An MRQA-style directory under a name that is not an official MRQA task: a pointed error.
     os.makedirs(tmp_path / "finetuning_data" / "hotpotqa")
