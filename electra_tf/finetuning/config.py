@@ -14,8 +14,9 @@ Step 3 is the official "update, apply defaults, update again" made explicit, as 
 Single-task defaults (official `configure_finetuning.py`, step 3): `rte`/`sts` train 10 epochs;
 a QA task (a name containing "squad" or "qa": squad, squadv1, newsqa, triviaqa, searchqa) uses
 max_seq_length 512, 2 epochs and no test outputs; `chunk` uses max_seq_length 256 (and so do
-electra-tf's `ner` and `pos`); anything else 3 epochs. `naturalqs` contains neither substring and so keeps 128 / 3 epochs, as in the official
-code (QUIRK Q15: mirrored, with a warning). Runs with several tasks get none of these.
+electra-tf's `ner` and `pos`); anything else 3 epochs. `naturalqs` contains neither substring
+and so keeps 128 / 3 epochs, as in the official code (QUIRK Q15: mirrored, with a warning).
+Runs with several tasks get none of these.
 
 electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
 fix), `official_gpu_clip_norm` (the official CPU/GPU clip norm), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
@@ -142,7 +143,9 @@ class FinetuningConfig:
     do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
     skip_bad_answers: bool = False  # QA train: skip (official) instead of refusing bad answers
     flush_last_sentence: bool = False  # tagging: keep a last sentence without a blank line after
-    tagging_cased: bool = False  # tagging: tokenize words as the model does (official: lowercase)
+    # tagging: tokenize words as the model does (true) or lower-cased and accent-stripped (false,
+    # official); null: false for chunk (official), true for ner and pos (case marks names).
+    tagging_cased: Optional[bool] = None
     legacy_tagging_loss: bool = False  # tagging: report the official doubled eval loss
     tagging_label_column: int = -1  # tagging: the tag's field, 0-based (negative: from the end)
     tagging_scheme: str = "BIO"  # ner: the files' tags, BIO (B-/I-/O) or BIOES (+ E-/S-)

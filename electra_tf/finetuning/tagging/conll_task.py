@@ -52,11 +52,14 @@ class ConllTaggingTask(FinetuningTask):
     """
 
     family = TAGGING
+    # Casing when `tagging_cased` is null: True follows the model, False lower-cases (official).
+    cased_by_default = False
 
     def __init__(self, name: str, config, pretrained):
         super().__init__(name, config)
         self.directory = task_directory(config.raw_data_dir, name)
-        cased = config.tagging_cased
+        cased = (self.cased_by_default if config.tagging_cased is None
+                 else config.tagging_cased)
         self.tokenizer = Tokenizer(
             pretrained.vocab,
             do_lower_case=pretrained.do_lower_case if cased else True,

@@ -18,7 +18,8 @@ positions, zero-padded (padding gathers [CLS] and is masked); `input_mask` 1 on 
 `segment_ids` 1 on every real token, [CLS] included (QUIRK Q7, mirrored).
 
 Tokenization (QUIRK Q8, mirrored): words are lower-cased and accent-stripped whatever
-`do_lower_case` says (`tagging_cased: true` tokenizes as the pretrained model instead). One
+`do_lower_case` says (`tagging_cased: true` tokenizes as the pretrained model instead; ner and
+pos do so by default). One
 difference: the official code skips BERT's CJK spacing for tagging; electra-tf's tokenizer
 always puts spaces around CJK ideographs (so a word mixing CJK characters may split into more
 pieces; it changes nothing for CoNLL-2000).

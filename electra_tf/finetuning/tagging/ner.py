@@ -13,7 +13,8 @@ a dev or test tag outside it is an error naming file and line. It is stored with
 Metrics: `precision`, `recall`, `f1` (entity level, micro-averaged, x 100: seqeval's
 default mode, or its strict mode with `tagging_entity_mode: strict`; `metrics.entity_f1`) and
 `loss` (per tagged word). Serving: raw text -> tags, words and entities with character offsets
-(`serving.py`).
+(`serving.py`). Words are tokenized as the pretrained model tokenizes (`tagging_cased: null`
+means true here; chunk's official default lower-cases everything).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class NerTask(ConllTaggingTask):
             `tagging_entity_mode`).
         pretrained: finetuning.pretrained.Pretrained.
     """
+
+    cased_by_default = True  # "Paris" vs "paris": case is evidence of a name
 
     def tag_checker(self):
         return functools.partial(parse_tag, scheme=self.config.tagging_scheme)

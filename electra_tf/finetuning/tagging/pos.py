@@ -6,7 +6,8 @@ is column 1). A tag is any text ("NN", "PRP$", ":", "-LRB-"). The label set is t
 the train file's tags; a dev or test tag outside it is an error naming file and line.
 
 Metrics: `accuracy` (x 100, over every word; words cut by the truncation count as wrong) and
-`loss` (per tagged word). Serving: raw text -> tags and words with character offsets.
+`loss` (per tagged word). Serving: raw text -> tags and words with character offsets. Words are
+tokenized as the pretrained model tokenizes (`tagging_cased: null` means true here).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class PosTask(ConllTaggingTask):
         config: FinetuningConfig (`tagging_label_column`).
         pretrained: finetuning.pretrained.Pretrained.
     """
+
+    cased_by_default = True  # as ner: tokenized as the model tokenizes
 
     def label_set(self):
         return self.train_labels_only()
