@@ -14,10 +14,11 @@ from electra_tf.config import ConfigError
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.registry import build_task, task_family
+from electra_tf.finetuning.tagging import features as features_lib
 from electra_tf.finetuning.tagging.conll import read_conll
 from electra_tf.finetuning.tagging.entities import decoding_tables, entities
 from electra_tf.finetuning.tagging.metrics import entity_f1, token_accuracy
-from electra_tf.finetuning.tagging.serving import EntityDecoder, tagging_serving
+from electra_tf.finetuning.tagging.serving import EntityDecoder, TaggingEncoder, tagging_serving
 from electra_tf.finetuning.task import EvalSet
 from electra_tf.finetuning.task_files import DataFileError
 from tests.finetuning_fixtures import tiny_pretrained, tokenizer_for, write_vocab
@@ -180,6 +181,41 @@ def test_pos_takes_any_tag_from_the_chosen_column_and_scores_accuracy(tmp_path, 
     assert token_accuracy([["A", "B"]], [["A", ""]]) == {"accuracy": 50.0}
 
 
+@pytest.mark.parametrize("length,tagged,official", [(19, 6, 6), (12, 6, 3), (11, 5, 2), (9, 3, 0)])
+def test_ner_truncation_tags_every_word_whose_first_piece_fits(tokenizer, length, tagged, official):
+    words = ["the", "angela", "(1895-1943)", "paris", "may", "london"]  # pieces 1, 1, 5, 1, 1, 1
+    special = tokenizer.vocab.special
+    pieces = features_lib.word_pieces(tokenizer, [words])
+    assert [len(p) for p in pieces[0]] == [1, 1, 5, 1, 1, 1]
+    counts = {}
+    for rule in (False, True):
+        features = features_lib.featurize(pieces, [list(range(6))], length, special.cls_id,
+                                          special.sep_id, official_truncation=rule)
+        counts[rule] = int(features["labels_mask"][0].sum())
+    assert (counts[False], counts[True]) == (tagged, official)
+
+
+def test_ner_serving_features_equal_the_training_features(tokenizer):
+    sentences = [["the", "angela", "(1895-1943)", "paris", "may", "london"],
+                 ["a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-r-s-t-u", "paris"], ["paris"] * 40, ["may"],
+                 ["Café", "Zürich", "londons", "\u200b", "new", "york"]]
+    special = tokenizer.vocab.special
+    pieces = features_lib.word_pieces(tokenizer, sentences)
+    for length in (8, 12, 24, 64):
+        python = features_lib.featurize(pieces, [[0] * len(s) for s in sentences], length,
+                                        special.cls_id, special.sep_id, official_truncation=False)
+        encoder = TaggingEncoder(tokenizer, length, official_truncation=False)
+        graph = encoder.encode(tf.constant([" ".join(s) for s in sentences]))
+        for i in range(len(sentences)):
+            n = int(python["input_mask"][i].sum())
+            np.testing.assert_array_equal(graph["input_ids"][i][:n], python["input_ids"][i][:n])
+            assert int(graph["input_mask"][i].numpy().sum()) == n
+            k = int(python["labels_mask"][i].sum())
+            assert int(graph["num_tagged"][i]) == k
+            np.testing.assert_array_equal(graph["labeled_positions"][i][:k],
+                                          python["labeled_positions"][i][:k])
+
+
 # ------------------------------------------------------------------------------------------------
 # Entities and F1 against seqeval
 # ------------------------------------------------------------------------------------------------
@@ -242,10 +278,10 @@ def test_a_sentence_longer_than_max_seq_length_scores_its_cut_words_as_missed(tm
     words = " ".join(["paris"] * 12)
     train = "".join(f"{w} B-LOC\n" for w in words.split()) + "\n"
     task = _task(tmp_path, tokenizer, "ner", {"train.txt": train, "dev.txt": train},
-                 max_seq_length=16)
+                 max_seq_length=8)
     eval_set = task.eval_sets()[0]
     tagged = int(eval_set.features["labels_mask"][0].sum())
-    assert 0 < tagged < 12  # the official truncation budget cuts this 12-word sentence
+    assert tagged == 6  # [CLS] + 6 words + [SEP] = 8 pieces: 6 of the 12 words are cut
     gold_id = task.labels.index("B-LOC")
     predictions = np.full_like(eval_set.features["labels"], gold_id)
     values = task.score(eval_set, {"predictions": predictions, "loss": np.array([1.0])}, None)

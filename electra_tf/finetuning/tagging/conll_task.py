@@ -52,6 +52,7 @@ class ConllTaggingTask(FinetuningTask):
     """
 
     family = TAGGING
+    official_truncation = True  # chunk: the official rule; ner, pos: every word that fits
     # Casing when `tagging_cased` is null: True follows the model, False lower-cases (official).
     cased_by_default = False
 
@@ -117,7 +118,7 @@ class ConllTaggingTask(FinetuningTask):
         pieces = features_lib.word_pieces(self.tokenizer, [s.words for s in sentences])
         labels = [[self._label_ids[t] for t in tags] for tags in self.encoded[split]]
         features = features_lib.featurize(pieces, labels, self.config.max_seq_length,
-                                          self.cls_id, self.sep_id)
+                                          self.cls_id, self.sep_id, self.official_truncation)
         features["eid"] = np.arange(len(sentences), dtype=np.int32)
         return features
 

@@ -38,6 +38,7 @@ class NerTask(ConllTaggingTask):
         pretrained: finetuning.pretrained.Pretrained.
     """
 
+    official_truncation = False  # tag every word whose first sub-token fits
     cased_by_default = True  # "Paris" vs "paris": case is evidence of a name
 
     def tag_checker(self):

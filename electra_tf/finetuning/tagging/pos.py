@@ -26,6 +26,7 @@ class PosTask(ConllTaggingTask):
         pretrained: finetuning.pretrained.Pretrained.
     """
 
+    official_truncation = False  # tag every word whose first sub-token fits
     cased_by_default = True  # as ner: tokenized as the model tokenizes
 
     def label_set(self):

@@ -21,8 +21,9 @@ between them) and `num_entities` int32 [batch].
 
 The features are built in-graph exactly as `features.featurize` builds the training features:
 each word WordPiece-tokenized on its own, the official truncation rule (a word is kept iff
-W + 1 + (pieces of the words before it) + 1 <= L, W = words + 2), the overflow cut at L,
-segment ids 1 on real tokens (tested against the Python features on real text).
+W + 1 + (pieces of the words before it) + 1 <= L, W = words + 2; ner and pos: iff 1 + (pieces of
+the words before it) + 2 <= L), the overflow cut at L, segment ids 1 on real tokens (tested
+against the Python features on real text).
 """
 
 from __future__ import annotations
@@ -58,16 +59,19 @@ class TaggingEncoder(tf.Module):
         tokenizer: the task's Tokenizer (lower-cased unless `tagging_cased`).
         max_seq_length: int.
         split_punctuation: bool. Words end at punctuation too (ner, pos), not only whitespace.
+        official_truncation: bool. The official rule (chunk), else ner/pos's
+            (`features.truncate`).
     """
 
     def __init__(self, tokenizer: Tokenizer, max_seq_length: int, split_punctuation: bool = False,
-                 name=None):
+                 official_truncation: bool = True, name=None):
         super().__init__(name=name)
         self.graph_tokenizer = tokenizer.graph_tokenizer()
         self.max_seq_length = max_seq_length
         self.cls_id = tokenizer.vocab.special.cls_id
         self.sep_id = tokenizer.vocab.special.sep_id
         self.split_punctuation = split_punctuation
+        self.official_truncation = official_truncation
 
     def words_with_offsets(self, text: tf.Tensor):
         """(words tf.string [batch, (words)], byte starts, byte ends int64 [batch, (words)])."""
@@ -95,15 +99,20 @@ class TaggingEncoder(tf.Module):
         pieces = tf.cast(self.graph_tokenizer.tokenize(words.flat_values), tf.int32)
         counts = tf.cast(pieces.row_lengths(), tf.int64)
         num_words = tf.cast(words.row_lengths(), tf.int64)
-        budget = tf.repeat(num_words + 2, num_words)  # W of each word's sentence
         before = 1 + _exclusive_row_cumsum(counts, splits)  # position of each word's first piece
-        keep = budget + before + 1 <= length
+        if self.official_truncation:
+            budget = tf.repeat(num_words + 2, num_words)  # W of each word's sentence
+            keep = budget + before + 1 <= length
+        else:  # the first piece before the closing [SEP]
+            keep = before + 2 <= length
         kept_words = tf.RaggedTensor.from_row_splits(keep, splits)
         num_kept = tf.reduce_sum(tf.cast(kept_words, tf.int64), axis=1)
         kept_pieces = tf.ragged.boolean_mask(pieces, keep)
         body = tf.RaggedTensor.from_row_lengths(kept_pieces, num_kept).merge_dims(1, 2)
         batch = tf.shape(text, out_type=tf.int64)[0]
         has_cls = num_words + 2 + 1 <= length  # official: even [CLS] may not fit (tiny L)
+        if not self.official_truncation:
+            has_cls = tf.ones_like(num_words, tf.bool)
         cls = tf.RaggedTensor.from_row_lengths(
             tf.fill([tf.reduce_sum(tf.cast(has_cls, tf.int64))], self.cls_id),
             tf.cast(has_cls, tf.int64))
@@ -213,10 +222,12 @@ def tagging_serving(model, task_name: str, tokenizer: Tokenizer, labels: Sequenc
     """The `<task>` and `<task>_ids` signatures of a tagging task (module docstring).
 
     Args:
-        raw_text: split words at punctuation too and return their character offsets (ner, pos).
+        raw_text: ner / pos: split words at punctuation too, return their character offsets, and
+            truncate as ner / pos train (`features.truncate`).
         decoder: return the entities too (ner).
     """
-    encoder = TaggingEncoder(tokenizer, max_seq_length, split_punctuation=raw_text)
+    encoder = TaggingEncoder(tokenizer, max_seq_length, split_punctuation=raw_text,
+                             official_truncation=not raw_text)
     label_names = tf.constant(list(labels), tf.string)
     positions_key = f"{task_name}_labeled_positions"
 
