@@ -195,7 +195,8 @@ def test_ner_truncation_tags_every_word_whose_first_piece_fits(tokenizer, length
     assert (counts[False], counts[True]) == (tagged, official)
 
 
-def test_ner_serving_features_equal_the_training_features(tokenizer):
+@pytest.mark.parametrize("official", [False, True])  # ner / pos, and chunk's official rule
+def test_serving_features_equal_the_training_features(tokenizer, official):
     sentences = [["the", "angela", "(1895-1943)", "paris", "may", "london"],
                  ["a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-r-s-t-u", "paris"], ["paris"] * 40, ["may"],
                  ["Café", "Zürich", "londons", "\u200b", "new", "york"]]
@@ -203,8 +204,8 @@ def test_ner_serving_features_equal_the_training_features(tokenizer):
     pieces = features_lib.word_pieces(tokenizer, sentences)
     for length in (8, 12, 24, 64):
         python = features_lib.featurize(pieces, [[0] * len(s) for s in sentences], length,
-                                        special.cls_id, special.sep_id, official_truncation=False)
-        encoder = TaggingEncoder(tokenizer, length, official_truncation=False)
+                                        special.cls_id, special.sep_id, official)
+        encoder = TaggingEncoder(tokenizer, length, official_truncation=official)
         graph = encoder.encode(tf.constant([" ".join(s) for s in sentences]))
         for i in range(len(sentences)):
             n = int(python["input_mask"][i].sum())
