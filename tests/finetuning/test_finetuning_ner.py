@@ -19,7 +19,7 @@ from electra_tf.finetuning.tagging.conll import read_conll
 from electra_tf.finetuning.tagging.entities import decoding_tables, entities
 from electra_tf.finetuning.tagging.metrics import entity_f1, token_accuracy
 from electra_tf.finetuning.tagging.serving import EntityDecoder, TaggingEncoder, tagging_serving
-from electra_tf.finetuning.task import EvalSet
+from electra_tf.finetuning.task import ScoreContext
 from electra_tf.finetuning.task_files import DataFileError
 from tests.finetuning_fixtures import tiny_pretrained, tokenizer_for, write_vocab
 
@@ -285,8 +285,11 @@ def test_a_sentence_longer_than_max_seq_length_scores_its_cut_words_as_missed(tm
     assert tagged == 6  # [CLS] + 6 words + [SEP] = 8 pieces: 6 of the 12 words are cut
     gold_id = task.labels.index("B-LOC")
     predictions = np.full_like(eval_set.features["labels"], gold_id)
-    values = task.score(eval_set, {"predictions": predictions, "loss": np.array([1.0])}, None)
+    context = ScoreContext(str(tmp_path / "results"), 2, False, "ner")
+    values = task.score(eval_set, {"predictions": predictions, "loss": np.array([1.0])}, context)
     padded = [["B-LOC"] * tagged + ["O"] * (12 - tagged)]
+    with open(tmp_path / "results" / "ner_tagging" / "ner_dev_2.txt", encoding="utf-8") as f:
+        assert f.read() == "paris\tB-LOC\tB-LOC\n" * 6 + "paris\tB-LOC\tO\n" * 6 + "\n"
     reference = _seqeval([["B-LOC"] * 12], padded, "BIO", "default")
     assert values["recall"] == pytest.approx(reference["recall"])
     assert values["recall"] == pytest.approx(100 * tagged / 12)

@@ -7,6 +7,11 @@ checked (`tag_checker`), encoded as training labels (`encode`) and which label s
 
 Evaluated splits: dev, and test when the file exists (CoNLL test files are tagged). With `debug`,
 each file is read up to its 101st sentence (official).
+
+ner and pos write each evaluated split's predictions to
+`results/<tasks>_tagging/<task>_<split>_<trial>.txt`: one "word gold predicted" line per word
+(tab-separated), a blank line after each sentence (the input conlleval reads); cut words are
+predicted as scored ("O" for ner, "" for pos).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from electra_tf import atomic
 from electra_tf.data.tokenization import Tokenizer
-from electra_tf.finetuning.task import EvalSet, FeatureSpec, FinetuningTask, TAGGING
+from electra_tf.finetuning.task import EvalSet, FeatureSpec, FinetuningTask, ScoreContext, TAGGING
 from electra_tf.finetuning.tagging import features as features_lib
 from electra_tf.finetuning.tagging.conll import DEBUG_MAX_SENTENCES, Sentence, read_conll
 from electra_tf.finetuning.task_files import DataFileError, task_directory
@@ -161,3 +167,18 @@ class ConllTaggingTask(FinetuningTask):
                            "their cut words are scored as predicted %r", self.name,
                            eval_set.split, short, len(out), self.config.max_seq_length, cut)
         return out
+
+    def write_predictions(self, eval_set: EvalSet, predicted: List[List[str]],
+                          context: Optional[ScoreContext]) -> Optional[str]:
+        """Writes `predicted` beside the words and gold tags (module docstring); returns the path
+        (None without a context)."""
+        if context is None:
+            return None
+        path = os.path.join(context.output_dir, f"{context.tasks_str}_tagging",
+                            f"{self.name}_{eval_set.split}_{context.trial}.txt")
+        lines = []
+        for sentence, tags in zip(eval_set.payload, predicted):
+            lines += [f"{w}\t{g}\t{p}\n" for w, g, p in zip(sentence.words, sentence.tags, tags)]
+            lines.append("\n")
+        atomic.write_text(path, "".join(lines))
+        return path

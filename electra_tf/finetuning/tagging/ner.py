@@ -12,7 +12,8 @@ a dev or test tag outside it is an error naming file and line. It is stored with
 
 Metrics: `precision`, `recall`, `f1` (entity level, micro-averaged, x 100: seqeval's
 default mode, or its strict mode with `tagging_entity_mode: strict`; `metrics.entity_f1`) and
-`loss` (per tagged word). Serving: raw text -> tags, words and entities with character offsets
+`loss` (per tagged word); the predictions go to `results/<tasks>_tagging/` (`conll_task.py`).
+Serving: raw text -> tags, words and entities with character offsets
 (`serving.py`). Words are tokenized as the pretrained model tokenizes (`tagging_cased: null`
 means true here; chunk's official default lower-cases everything).
 """
@@ -50,6 +51,7 @@ class NerTask(ConllTaggingTask):
     def score(self, eval_set: EvalSet, outputs, context: ScoreContext):
         gold = [s.tags for s in eval_set.payload]
         predicted = self.predicted_tags(eval_set, outputs["predictions"], OUTSIDE)
+        self.write_predictions(eval_set, predicted, context)
         values = entity_f1(gold, predicted, self.config.tagging_scheme,
                            self.config.tagging_entity_mode)
         values["loss"] = word_loss(outputs["loss"], eval_set.features["labels_mask"])

@@ -6,7 +6,8 @@ is column 1). A tag is any text ("NN", "PRP$", ":", "-LRB-"). The label set is t
 the train file's tags; a dev or test tag outside it is an error naming file and line.
 
 Metrics: `accuracy` (x 100, over every word; words cut by the truncation count as wrong) and
-`loss` (per tagged word). Serving: raw text -> tags and words with character offsets. Words are
+`loss` (per tagged word); the predictions go to `results/<tasks>_tagging/` (`conll_task.py`).
+Serving: raw text -> tags and words with character offsets. Words are
 tokenized as the pretrained model tokenizes (`tagging_cased: null` means true here).
 """
 
@@ -35,6 +36,7 @@ class PosTask(ConllTaggingTask):
     def score(self, eval_set: EvalSet, outputs, context: ScoreContext):
         gold = [s.tags for s in eval_set.payload]
         predicted = self.predicted_tags(eval_set, outputs["predictions"], "")
+        self.write_predictions(eval_set, predicted, context)
         values = token_accuracy(gold, predicted)
         values["loss"] = word_loss(outputs["loss"], eval_set.features["labels_mask"])
         return values
