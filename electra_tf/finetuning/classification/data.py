@@ -95,9 +95,9 @@ GLUE_TASKS: Dict[str, GlueLayout] = {
     "wnli": GlueLayout(1, 2, -1, True, 1, 2, _BINARY, dir_names=("WNLI",)),
 }
 TASK_ALIASES = {"sst2": "sst", "sst-2": "sst", "mnli-m": "mnli"}
-# Official task names of the other families (registry.py routes them to their own readers).
-NOT_CLASSIFICATION_TASKS = ("sts", "chunk", "squad", "squadv1", "newsqa", "naturalqs", "triviaqa",
-                            "searchqa")
+# Named tasks of the other families (registry.py routes them to their own readers).
+NOT_CLASSIFICATION_TASKS = ("sts", "chunk", "ner", "pos", "squad", "squadv1", "newsqa", "naturalqs",
+                            "triviaqa", "searchqa")
 
 
 class Task(NamedTuple):
