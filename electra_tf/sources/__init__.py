@@ -2,7 +2,7 @@
 
 Not part of the data path: `electra_tf.data` builds and reads datasets from a corpus directory;
 this package only gets the default corpus, the BERT vocab and the labelled fine-tuning sets onto
-disk (`python pretrain_data/fetch.py`, `python -m electra_tf.sources.labelled`).
+disk (`python pretrain_data/fetch.py`, `python -m electra_tf.commands.fetch_labelled`).
 
 - `fetch`: the pinned-download cache and the default pretraining data (vocab + corpus).
 - `rlazyload`: a reader for R's lazy-load databases (text shipped in R data packages).

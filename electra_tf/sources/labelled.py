@@ -416,32 +416,3 @@ def _install(name: str, directory: str, splits: Dict[str, List[LabelledExample]]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _result(name, directory, manifest)
-
-
-def main(argv=None) -> int:
-    """`python -m electra_tf.sources.labelled [--data-dir DIR] [--overwrite] [NAME ...]`."""
-    import argparse
-
-    from electra_tf.cli import run_cli
-
-    parser = argparse.ArgumentParser(
-        prog="python -m electra_tf.sources.labelled",
-        description="Fetch the labelled fine-tuning sets (BBC News, Pang & Lee) into "
-                    "DATA_DIR/finetuning_data/NAME/{train,dev,test}.tsv.")
-    parser.add_argument("names", nargs="*", help="sets to fetch (default: all)")
-    parser.add_argument("--data-dir", default="pretrain_data", help="default: %(default)s")
-    parser.add_argument("--cache-dir", default=None, help="download cache (default: as the corpus fetch)")
-    parser.add_argument("--overwrite", action="store_true", help="replace differing TSVs")
-    args = parser.parse_args(argv)
-
-    def work():
-        results = fetch_labelled_data(args.data_dir, args.names or None, args.cache_dir,
-                                      args.overwrite)
-        for result in results.values():
-            print(f"{result.name}: {result.directory} {json.dumps(result.counts, sort_keys=True)}")
-
-    return run_cli("labelled", work)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -141,7 +141,7 @@ def test_installed_tools_fetch_build_pretrain_export_convert(tmp_path):
     assert (export / "saved_model.pb").is_file()
 
     # fine-tune the run on a task built from the fetched text (the installed corpus_tasks).
-    _run([python, "-m", "electra_tf.finetuning.corpus_tasks", "--output-dir",
+    _run([python, "-m", "electra_tf.commands.build_corpus_tasks", "--output-dir",
           str(work / "pretrain_data" / "finetuning_data"), "--corpus-dir",
           str(work / "pretrain_data" / "corpus"), "--tasks", "source", "--num-train", "64",
           "--num-dev", "32"], str(work), env)
