@@ -14,8 +14,10 @@ import zipfile
 
 import pytest
 
-from electra_tf.sources import fetch
-from electra_tf.sources.fetch import ChecksumError, DownloadError, FetchError
+from electra_tf.sources import downloads, fetch, text_cleaning
+from electra_tf.sources.artifacts import tree_sha256
+from electra_tf.sources.downloads import ChecksumError, DownloadError, FetchError
+from electra_tf.sources.readers import drop_repeated_sentences
 
 from tests.pretraining_fixtures import REPO_ROOT
 
@@ -126,7 +128,7 @@ class World:
     def _b64(n):
         digits = ""
         while True:
-            digits = fetch.text_cleaning._DICTD_B64[n % 64] + digits
+            digits = text_cleaning._DICTD_B64[n % 64] + digits
             n //= 64
             if not n:
                 return digits
@@ -390,12 +392,12 @@ def test_default_data_ready_checks_every_listed_file(world):
 def test_default_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("ELECTRA_TF_CACHE", "/explicit")
     monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
-    assert fetch.default_cache_dir() == "/explicit"
+    assert downloads.default_cache_dir() == "/explicit"
     monkeypatch.delenv("ELECTRA_TF_CACHE")
-    assert fetch.default_cache_dir() == os.path.join("/xdg", "electra-tf")
+    assert downloads.default_cache_dir() == os.path.join("/xdg", "electra-tf")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert fetch.default_cache_dir() == os.path.join(str(tmp_path), ".cache", "electra-tf")
+    assert downloads.default_cache_dir() == os.path.join(str(tmp_path), ".cache", "electra-tf")
 
 
 def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkeypatch):
@@ -410,7 +412,7 @@ def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkey
         "echo \"E: Version '2' for 'dict-foldoc' was not found\" >&2\nexit 100\n")
     fake_apt.chmod(fake_apt.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    downloader = fetch.RegistryDownloader()
+    downloader = downloads.RegistryDownloader()
     artifact = {"registry": "debian", "package": "dict-foldoc", "version": "1",
                 "filename": "dict-foldoc_1_all.deb"}
     dest = tmp_path / "dest"
@@ -424,7 +426,7 @@ def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkey
 def test_registry_downloader_without_apt_get(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DownloadError, match="apt-get not found"):
-        fetch.RegistryDownloader().download(
+        downloads.RegistryDownloader().download(
             {"registry": "debian", "package": "x", "version": "1", "filename": "x.deb"},
             str(tmp_path))
 
@@ -498,11 +500,11 @@ def _docs_spec(world):
          "file_prefix": "x_rst", "members": {"pages": {
              "include": ["usr/share/doc/x/_sources/*.rst.txt"],
              "exclude": ["*/translations/*"],
-             "count": len(rst), "tree_sha256": fetch.tree_sha256(rst)}}},
+             "count": len(rst), "tree_sha256": tree_sha256(rst)}}},
         {"name": "x_html", "artifact": "x_doc_deb", "required": False, "reader": "html_pages",
          "file_prefix": "x_html", "members": {"pages": {
              "include": ["usr/share/doc/x/html/*.html"],
-             "count": len(html), "tree_sha256": fetch.tree_sha256(html)}}},
+             "count": len(html), "tree_sha256": tree_sha256(html)}}},
     ]}}
     world.save()
 
@@ -588,7 +590,7 @@ def test_load_sources_checks_corpus_sets(world):
 def test_drop_repeated_sentences_across_documents():
     seen, counter = set(), [0]
     documents = [["A.", "B."], ["B.", "C."], ["A.", "C."]]
-    assert list(fetch.drop_repeated_sentences(documents, seen, counter)) == [["A.", "B."], ["C."]]
+    assert list(drop_repeated_sentences(documents, seen, counter)) == [["A.", "B."], ["C."]]
     assert counter == [3]
 
 
