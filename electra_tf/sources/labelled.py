@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from electra_tf import atomic
-from electra_tf.sources import downloads, fetch
+from electra_tf.sources import downloads, source_list
 from electra_tf.sources.artifacts import read_members, tree_sha256
 from electra_tf.vocab import file_sha256
 
@@ -346,7 +346,7 @@ def fetch_labelled_data(data_dir: str, names: Optional[Sequence[str]] = None,
             existing different data without `overwrite`.
     """
     log = log or (lambda message: print(f"labelled: {message}", file=sys.stderr, flush=True))
-    spec = fetch.load_sources(sources_file or fetch.DEFAULT_SOURCES_FILE)
+    spec = source_list.load_sources(sources_file or source_list.DEFAULT_SOURCES_FILE)
     entries = {entry["name"]: entry for entry in labelled_specs(spec)}
     names = list(names) if names is not None else list(entries)
     unknown = [n for n in names if n not in entries]

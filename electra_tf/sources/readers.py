@@ -16,12 +16,13 @@ from typing import Callable, Dict, Iterable, Iterator, List
 from electra_tf.sources import markup_text
 from electra_tf.sources import rlazyload
 from electra_tf.sources import text_cleaning
+from electra_tf.sources import wikitext
 from electra_tf.sources.downloads import FetchError
 
 
 def _wiki_reader(members: Dict[str, bytes], options: dict) -> Iterator[List[str]]:
     with bz2.open(io.BytesIO(members["dump"])) as xml_file:
-        yield from text_cleaning.wiki_xml_documents(xml_file)
+        yield from wikitext.wiki_xml_documents(xml_file)
 
 
 def _lee_reader(members: Dict[str, bytes], options: dict) -> Iterator[List[str]]:

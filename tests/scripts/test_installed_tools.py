@@ -21,7 +21,7 @@ import sysconfig
 
 import pytest
 
-from electra_tf.sources import downloads, fetch
+from electra_tf.sources import downloads, source_list
 from tests import pretraining_fixtures as fx
 
 STEP_TIMEOUT = 600
@@ -41,7 +41,7 @@ def _run(command, cwd, env, timeout=STEP_TIMEOUT):
 
 def _prepared_cache(tmp_path):
     """A download cache holding (links to) the real cache's verified artifacts."""
-    spec = fetch.load_sources()
+    spec = source_list.load_sources()
     real = os.path.join(downloads.default_cache_dir(), "downloads")
     needed = {spec["vocab"]["artifact"]} | {s["artifact"] for s in spec["sources"]
                                             if s.get("required", True)}

@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from electra_tf.sources import downloads, fetch, text_cleaning
+from electra_tf.sources import downloads, fetch, source_list, text_cleaning
 from electra_tf.sources.artifacts import tree_sha256
 from electra_tf.sources.downloads import ChecksumError, DownloadError, FetchError
 from electra_tf.sources.readers import drop_repeated_sentences
@@ -435,28 +435,28 @@ def test_load_sources_reports_bad_files(tmp_path):
     path = tmp_path / "sources.json"
     path.write_text('{"format": 1,\n "artifacts": }')
     with pytest.raises(FetchError, match=r"sources.json:2: invalid JSON"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     source = {"name": "x", "artifact": "nope", "reader": "dictd_foldoc", "file_prefix": "x",
               "members": {}}
     spec = {"format": 1, "artifacts": {"a": {}}, "vocab": {"artifact": "a"}, "sources": [source]}
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="source 'x' names unknown artifact 'nope'"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     spec["sources"] = [dict(source, artifact="a"), dict(source, artifact="a", name="y")]
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="file_prefix 'x' is used twice"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     del source["members"]
     spec["sources"] = [source]
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="source 'x' lacks key 'members'"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     with pytest.raises(FetchError, match="cannot read the source list"):
-        fetch.load_sources(str(tmp_path / "missing.json"))
+        source_list.load_sources(str(tmp_path / "missing.json"))
 
 
 def test_repository_sources_json_pins_the_documented_data():
-    spec = fetch.load_sources()
+    spec = source_list.load_sources()
     assert spec["vocab"]["md5"] == "64800d5d8528ce344256daf115d4965e"
     assert [(s["name"], s["required"]) for s in spec["sources"]] == [
         ("wikipedia", True), ("lee", True), ("austen", False), ("foldoc", False)]
@@ -576,15 +576,15 @@ def test_load_sources_checks_corpus_sets(world):
     del world.spec["corpora"]["docs"]["sources"][1]["members"]["pages"]["tree_sha256"]
     world.save()
     with pytest.raises(FetchError, match="source 'x_html' member 'pages' lacks key 'tree_sha256'"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
     world.spec["corpora"] = {"docs": {"sources": [], "dedup": True}}
     world.save()
     with pytest.raises(FetchError, match="corpus set 'docs' has unknown key 'dedup'"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
     world.spec["corpora"] = {"default": {"sources": []}}
     world.save()
     with pytest.raises(FetchError, match="'corpora' must map set names"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
 
 
 def test_drop_repeated_sentences_across_documents():
@@ -595,8 +595,8 @@ def test_drop_repeated_sentences_across_documents():
 
 
 def test_repository_debian_docs_set_is_pinned():
-    spec = fetch.load_sources()
-    assert fetch.corpus_names(spec) == ["default", "debian-docs"]
+    spec = source_list.load_sources()
+    assert source_list.corpus_names(spec) == ["default", "debian-docs"]
     corpus = spec["corpora"]["debian-docs"]
     assert corpus["dedupe"] is True
     names = [source["name"] for source in corpus["sources"]]

