@@ -125,7 +125,7 @@ def write_manifest(out_dir: str, vocab_path: str, max_seq_length: int, splits: d
 
 def write_labelled_tasks(raw_dir: str) -> str:
     """Small bbc_news (3 labels) and pang_lee (2) task dirs of random fixture-vocab words, as
-    `python -m electra_tf.sources.labelled` writes them (train 24 / dev 6 / test 6 rows)."""
+    `python -m electra_tf.commands.fetch_labelled` writes them (train 24 / dev 6 / test 6 rows)."""
     from electra_tf.sources.labelled import LabelledExample, write_tsv
 
     rng = np.random.default_rng(0)

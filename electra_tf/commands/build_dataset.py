@@ -59,7 +59,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 done, 2 bad input or environment (one line on stderr naming the "
                "problem and the file), 130 interrupted.")
-    arg = p.add_argument
+    _add_input_flags(p.add_argument)
+    _add_example_flags(p.add_argument)
+    _add_output_flags(p.add_argument)
+    console.add_verbosity_flags(p)
+    return p
+
+
+def _add_input_flags(arg) -> None:
+    """What is read: the corpus, its format, the vocab (`arg`: the parser's add_argument)."""
     arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
         f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
     arg("--input-format", choices=INPUT_FORMATS, default="text", help="text: one sentence per "
@@ -76,6 +84,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
         "--learn-vocab, where the learned vocab is written (default: "
         "<parent of --output-dir>/vocab.txt)")
+
+
+def _add_example_flags(arg) -> None:
+    """Where the examples go and how they are made: length, processes, documents, casing."""
     arg("--output-dir", default=b.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
         "(default: %(default)s)")
     arg("--max-seq-length", type=int, default=b.DEFAULT_MAX_SEQ_LENGTH, help="example length incl. "
@@ -93,6 +105,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=True, help="strip accents when lowercasing (default)")
     arg("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
+
+
+def _add_output_flags(arg) -> None:
+    """The shards: count, seed, shuffle memory, held-out share; --learn-vocab, --overwrite and
+    the runner."""
     arg("--num-out-files", type=int, help=f"train shards (default: one per "
         f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
         f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
@@ -117,8 +134,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "(--num-processes); or an Apache Beam runner (DirectRunner, DataflowRunner, SparkRunner, "
         "FlinkRunner, ...) building the same shards with Beam (needs the [beam] extra); any "
         "further flags are Beam pipeline options, passed through (default: %(default)s)")
-    console.add_verbosity_flags(p)
-    return p
 
 
 def parse_args(argv, prog: str = PROG):

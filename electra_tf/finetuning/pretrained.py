@@ -150,7 +150,11 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     encoder = ElectraEncoder.from_model_config(bert, name=ENCODER_NAME)
     variables = os.path.join(path, "variables", "variables")
     try:
-        # `read` (not `restore`): no save_counter of our own to match against the export.
+        # Not `checkpoint_files.run_checkpoint`: these are an exported SavedModel's variables,
+        # whose object graph is the export's (export.DiscriminatorModule: the encoder under
+        # `encoder`), not a run's (the pretrainer under `model`); a run's checkpoints are read
+        # by `run_dir.load_run` (`_from_model_dir`). `read` (not `restore`): no save_counter of
+        # our own to match against the export.
         status = tf.train.Checkpoint(encoder=encoder).read(variables)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:

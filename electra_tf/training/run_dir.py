@@ -357,7 +357,8 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
         return None
     found = portable_checkpoint.latest_good(checkpoint or model_dir)
     if found is None:
-        raise TrainingError(f"no checkpoint (ckpt-N.npz) in {checkpoint or model_dir}: train first "
+        name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{portable_checkpoint.SUFFIX}"
+        raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "
                             "or pass --checkpoint")
     return found
 
