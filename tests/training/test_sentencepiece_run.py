@@ -1,0 +1,77 @@
+"""A SentencePiece pretraining run end to end: --learn-spm build, 20 steps with whole-word
+masking, the exported discriminator's serve_text, and (tests/convert) the HF export."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+pytest.importorskip("sentencepiece")
+import tensorflow_text  # noqa: E402,F401  registers the SentencePiece op serve_text uses
+
+from electra_tf.data.builder import BuildConfig, build_dataset  # noqa: E402
+from electra_tf.data.tokenization import Tokenizer  # noqa: E402
+from electra_tf.errors import ElectraError  # noqa: E402
+from electra_tf.training import run_dir  # noqa: E402
+from electra_tf.training import trainer as trainer_lib  # noqa: E402
+from electra_tf.vocab import load_vocab  # noqa: E402
+from tests import pretraining_fixtures as fx  # noqa: E402
+from tests.spm_fixtures import SAMPLE_TEXTS, write_corpus  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a build, 20 training steps and an export: ~1 min on 2 cores
+
+STEPS = 20
+SPM_SIZE = 160
+
+
+@pytest.fixture(scope="module")
+def spm_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spm_run")
+    corpus = write_corpus(str(root / "corpus"), lines=800)
+    data_dir = str(root / "data")
+    manifest = build_dataset(BuildConfig(
+        corpus_dir=os.path.dirname(corpus), learn_spm=SPM_SIZE, max_seq_length=fx.MAX_SEQ_LENGTH,
+        output_dir=os.path.join(data_dir, "pretrain_tfrecords"), eval_fraction=0.1))
+    config = fx.tiny_config(data_dir, "spm", vocab_size=SPM_SIZE, num_train_steps=STEPS,
+                            iterations_per_loop=10, save_checkpoints_steps=STEPS,
+                            whole_word_masking=True, do_export=True)
+    result = trainer_lib.run(config)
+    return {"root": root, "data_dir": data_dir, "config": config, "manifest": manifest,
+            "result": result, "vocab": load_vocab(os.path.join(data_dir, "spm.model"))}
+
+
+def test_trains_with_the_learned_model(spm_run):
+    config, vocab = spm_run["config"], spm_run["vocab"]
+    assert config.vocab_file == os.path.join(spm_run["data_dir"], "spm.model")  # found alone
+    assert spm_run["manifest"]["vocab"]["sha256"] == vocab.sha256
+    assert fx.latest_step(config.model_dir) == STEPS
+    saved = load_vocab(os.path.join(config.model_dir, run_dir.VOCAB_NAME))
+    assert saved.kind == "sentencepiece" and saved.sha256 == vocab.sha256
+
+
+def test_serve_text_tokenizes_with_the_model(spm_run):
+    vocab = spm_run["vocab"]
+    path = spm_run["result"]["export"]["discriminator"]
+    module = tf.saved_model.load(path)
+    texts = [t for t in SAMPLE_TEXTS if t.strip()]
+    out = module.signatures["serve_text"](text=tf.constant(texts))
+    ids, mask = out["input_ids"].numpy(), out["input_mask"].numpy()
+    tokenizer = Tokenizer(vocab)
+    for row, text in enumerate(texts):
+        expected = ([vocab.special.cls_id] + tokenizer.encode(text)[:fx.MAX_SEQ_LENGTH - 2]
+                    + [vocab.special.sep_id])
+        assert ids[row, :len(expected)].tolist() == expected, text
+        assert mask[row].sum() == len(expected)
+    assert np.isfinite(out["replaced_probs"].numpy()).all()
+
+
+def test_another_model_is_refused_at_training_time(spm_run, tmp_path):
+    from electra_tf.data.spm_learning import learn_spm
+
+    other = learn_spm([os.path.join(spm_run["root"], "corpus", "corpus.txt")], 100,
+                      str(tmp_path / "other.model"))
+    config = fx.tiny_config(spm_run["data_dir"], "spm_other", vocab_size=SPM_SIZE,
+                            num_train_steps=2, vocab_file=other.path)
+    with pytest.raises(ElectraError, match="differs from the given vocab"):
+        trainer_lib.run(config)
