@@ -406,7 +406,8 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         raise TrainingError(f"{config_path}: {e}") from None
     vocab_path = os.path.join(model_dir, VOCAB_NAME)
     vocab = load_vocab(vocab_path if os.path.isfile(vocab_path) else config.vocab_file)
-    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
+    model = ElectraPretrainer.from_pretraining_config(config, vocab.special, vocab.tokens,
+                                                      vocab.kind)
     model.build_from_sequence_length()
     portable = _portable_checkpoint_to_read(model_dir, checkpoint, config)
     if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)
