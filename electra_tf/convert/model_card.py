@@ -82,6 +82,12 @@ def model_card(part: str, architecture: str, hf_config: Mapping, loaded, model_d
         do_lower_case: bool. How the tokenizer normalises.
     """
     config = loaded.config
+    if getattr(loaded.vocab, "kind", "wordpiece") == "sentencepiece":
+        tokenization = ("SentencePiece (`spm.model`, its own normalisation), the BERT special "
+                        "tokens mapped to its pieces")
+    else:
+        tokenization = (f"BERT WordPiece, lowercasing {'on' if do_lower_case else 'off'} as the "
+                        "training data was built")
     sizes = _table([
         ("layers", hf_config["num_hidden_layers"]), ("hidden size", hf_config["hidden_size"]),
         ("attention heads", hf_config["num_attention_heads"]),
@@ -138,7 +144,7 @@ model = {usage_class}.from_pretrained("PATH")
 outputs = model(**tokenizer(["An example sentence."], return_tensors="pt"))
 ```
 
-Tokenization: BERT WordPiece, lowercasing {"on" if do_lower_case else "off"} as the training data was built;
+Tokenization: {tokenization};
 `tokenizer.json` gives the same ids as electra-tf's tokenizer. The training data's licences apply
 to this model.
 """

@@ -75,3 +75,72 @@ def test_another_model_is_refused_at_training_time(spm_run, tmp_path):
                             num_train_steps=2, vocab_file=other.path)
     with pytest.raises(ElectraError, match="differs from the given vocab"):
         trainer_lib.run(config)
+
+
+def _toy_task(data_dir):
+    rng = np.random.default_rng(0)
+    task_dir = os.path.join(data_dir, "finetuning_data", "toy")
+    os.makedirs(task_dir, exist_ok=True)
+    cue = {"pos": ["København", "café"], "neg": ["東京", "한국어"]}
+    filler = ["the", "quick", "fox", "über", "data"]
+    for split, n in (("train", 64), ("dev", 16), ("test", 16)):
+        with open(os.path.join(task_dir, f"{split}.tsv"), "w", encoding="utf-8") as f:
+            f.write("text\tlabel\n")
+            for i in range(n):
+                label = ("pos", "neg")[i % 2]
+                words = list(rng.choice(filler, 4)) + [rng.choice(cue[label])]
+                f.write(" ".join(words) + f"\t{label}\n")
+
+
+def test_finetunes_and_serves_raw_text_with_the_model(spm_run):
+    from electra_tf.commands.finetune import with_spm_model
+    from electra_tf.finetuning import runner
+    from electra_tf.finetuning.config import FinetuningConfig
+    from electra_tf.finetuning.pretrained import PretrainedError
+
+    data_dir, model = spm_run["data_dir"], os.path.join(spm_run["data_dir"], "spm.model")
+    _toy_task(data_dir)
+    hparams = {"task_names": ["toy"], "max_seq_length": fx.MAX_SEQ_LENGTH, "train_batch_size": 16,
+               "eval_batch_size": 16, "num_train_epochs": 1, "log_steps": 1000,
+               "mixed_precision": "float32"}
+    config = FinetuningConfig.create("spm", data_dir, with_spm_model(hparams, model))
+    assert config.vocab_file == model
+    results = runner.run(config)
+    export = results["trials"][0]["export"]
+    saved = load_vocab(os.path.join(export, "assets.extra", "vocab.txt"))
+    assert saved.kind == "sentencepiece" and saved.sha256 == spm_run["vocab"].sha256
+    loaded = tf.saved_model.load(export)
+    out = loaded.signatures["serving_default"](text=tf.constant(["København café 😀", "東京"]))
+    assert all(np.isfinite(v.numpy()).all() for v in out.values() if v.dtype.is_floating)
+    # Another SentencePiece model than the pretrained one: refused, one line.
+    other = os.path.join(spm_run["root"], "other_ft.model")
+    from electra_tf.data.spm_learning import learn_spm
+
+    learn_spm([os.path.join(spm_run["root"], "corpus", "corpus.txt")], 100, other)
+    with pytest.raises(PretrainedError, match="is not the vocabulary the starting point"):
+        runner.run(FinetuningConfig.create("spm", data_dir, with_spm_model(hparams, other)),
+                   overwrite=True)
+
+
+def test_hf_export_reloads_with_the_same_ids_and_outputs(spm_run, tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from electra_tf.convert import hf
+
+    out = str(tmp_path / "hf")
+    hf.export_hf(spm_run["config"].model_dir, out)
+    assert hf.SPM_MODEL_NAME in os.listdir(out) and hf.VOCAB_NAME not in os.listdir(out)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    model = transformers.ElectraForPreTraining.from_pretrained(out, local_files_only=True).eval()
+    texts = [t for t in SAMPLE_TEXTS if t.strip()]
+    module = tf.saved_model.load(spm_run["result"]["export"]["discriminator"])
+    served = module.signatures["serve_text"](text=tf.constant(texts))
+    for row, text in enumerate(texts):
+        encoded = tokenizer(text, truncation=True, max_length=fx.MAX_SEQ_LENGTH,
+                            return_tensors="pt")
+        n = int(served["input_mask"][row].numpy().sum())
+        assert encoded["input_ids"][0].tolist() == served["input_ids"][row, :n].numpy().tolist()
+        with torch.no_grad():
+            logits = model(**encoded).logits[0].numpy()
+        probs = 1.0 / (1.0 + np.exp(-logits))
+        np.testing.assert_allclose(probs, served["replaced_probs"][row, :n].numpy(), atol=1e-4)
