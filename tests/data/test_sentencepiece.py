@@ -132,3 +132,23 @@ def test_flag_errors(corpus, tmp_path):
         resolve_config(BuildConfig(learn_spm=3))
     with pytest.raises(ElectraError, match="is not a SentencePiece model"):
         _build(tmp_path, corpus, spm_model=str(vocab_txt))
+
+
+def test_cli_flags_reach_the_config_and_help(learned):
+    from electra_tf.commands import build_dataset as command
+    from electra_tf.commands.finetune import build_parser as finetune_parser
+    from electra_tf.commands.finetune import with_spm_model
+
+    args, _ = command.parse_args(["--spm-model", "m.model", "--learn-spm", "300"])
+    settings = vars(args)
+    for key in ("quiet", "verbose", "runner"):
+        settings.pop(key)
+    config = BuildConfig(**settings)
+    assert (config.spm_model, config.learn_spm) == ("m.model", 300)
+    text = command.build_parser().format_help()
+    assert "--spm-model FILE" in text and "--learn-spm SIZE" in text
+    assert "--spm-model FILE" in finetune_parser().format_help()
+    assert with_spm_model('{"task_names": ["sst"]}', learned.path) == {
+        "task_names": ["sst"], "vocab_file": learned.path}
+    with pytest.raises(VocabError, match="exclude each other"):
+        with_spm_model({"vocab_file": "v.txt"}, learned.path)

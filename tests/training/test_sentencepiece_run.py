@@ -144,3 +144,9 @@ def test_hf_export_reloads_with_the_same_ids_and_outputs(spm_run, tmp_path):
             logits = model(**encoded).logits[0].numpy()
         probs = 1.0 / (1.0 + np.exp(-logits))
         np.testing.assert_allclose(probs, served["replaced_probs"][row, :n].numpy(), atol=1e-4)
+    # keras-hub's ElectraTokenizer is WordPiece only: refused, one line.
+    from electra_tf.convert.keras_hub import export_keras_hub
+    from electra_tf.convert.names import ConversionError
+
+    with pytest.raises(ConversionError, match="trained with a SentencePiece model"):
+        export_keras_hub(spm_run["config"].model_dir, str(tmp_path / "kh"))
