@@ -456,7 +456,8 @@ class Tokenizer:
     Args:
         vocab: electra_tf.vocab.Vocab.
         do_lower_case: bool. Lowercase the text (official default True). WordPiece only: a
-            SentencePiece model normalises text its own way (stored in the model).
+            SentencePiece model normalises text its own way (stored in the model), and the
+            tokenizer's `do_lower_case` / `strip_accents` are then False.
         strip_accents: bool. Strip accents; only effective with `do_lower_case` (official quirk).
             WordPiece only.
     """
@@ -473,6 +474,9 @@ class Tokenizer:
             from electra_tf.data.spm_tokenization import GraphSentencePieceTokenizer  # imports this
 
             self._graph = GraphSentencePieceTokenizer(vocab.model)
+            # Nothing is lowercased or stripped before the model (it normalises itself): word
+            # splitters keyed on these (QA's BasicTokenizer words) must not do it either.
+            self.do_lower_case = self.strip_accents = False
         self._tokenize = self._graph.tokenize.get_concrete_function()
 
     def _to_tensor(self, texts: Sequence) -> tf.Tensor:

@@ -56,6 +56,7 @@ def test_in_graph_ids_equal_sentencepiece(learned):
         assert ids[splits[i]:splits[i + 1]].tolist() == processor.EncodeAsIds(text), text
     # Case folding (--do-lower-case's rule) and NFKC come from the model itself.
     assert tokenizer.encode("The FOX") == tokenizer.encode("the fox")
+    assert not tokenizer.do_lower_case and not tokenizer.strip_accents  # nothing done before it
     # Undecodable bytes are dropped, as on the WordPiece path.
     assert tokenizer.encode(b"the \xff fox") == tokenizer.encode("the  fox")
     # The literal text "[MASK]" is not the [MASK] id (control symbols never come from text).
