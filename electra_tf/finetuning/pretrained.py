@@ -136,7 +136,7 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
 def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     extra = os.path.join(path, EXTRA_DIR)
     config_path = os.path.join(extra, run_dir.CONFIG_NAME)
-    vocab_path = os.path.join(extra, run_dir.VOCAB_NAME)
+    vocab_path = run_dir.find_vocab_copy(extra) or os.path.join(extra, run_dir.VOCAB_NAME)
     for needed in (config_path, vocab_path):
         if not os.path.isfile(needed):
             raise PretrainedError(f"init_checkpoint {path}: SavedModel lacks {needed} (export it "

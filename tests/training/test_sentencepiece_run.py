@@ -46,8 +46,11 @@ def test_trains_with_the_learned_model(spm_run):
     assert config.vocab_file == os.path.join(spm_run["data_dir"], "spm.model")  # found alone
     assert spm_run["manifest"]["vocab"]["sha256"] == vocab.sha256
     assert fx.latest_step(config.model_dir) == STEPS
-    saved = load_vocab(os.path.join(config.model_dir, run_dir.VOCAB_NAME))
+    saved = load_vocab(os.path.join(config.model_dir, run_dir.SPM_MODEL_NAME))
     assert saved.kind == "sentencepiece" and saved.sha256 == vocab.sha256
+    assert not os.path.exists(os.path.join(config.model_dir, run_dir.VOCAB_NAME))
+    export = spm_run["result"]["export"]["discriminator"]
+    assert os.listdir(os.path.join(export, "assets.extra")).count(run_dir.SPM_MODEL_NAME) == 1
 
 
 def test_serve_text_tokenizes_with_the_model(spm_run):
@@ -103,11 +106,14 @@ def test_finetunes_and_serves_raw_text_with_the_model(spm_run):
     hparams = {"task_names": ["toy"], "max_seq_length": fx.MAX_SEQ_LENGTH, "train_batch_size": 16,
                "eval_batch_size": 16, "num_train_epochs": 1, "log_steps": 1000,
                "mixed_precision": "float32"}
+    # Without --spm-model, the run's own copy is the vocabulary.
+    derived = FinetuningConfig.create("spm", data_dir, hparams)
+    assert derived.vocab_file.endswith(os.path.join("spm", run_dir.SPM_MODEL_NAME))
     config = FinetuningConfig.create("spm", data_dir, with_spm_model(hparams, model))
     assert config.vocab_file == model
     results = runner.run(config)
     export = results["trials"][0]["export"]
-    saved = load_vocab(os.path.join(export, "assets.extra", "vocab.txt"))
+    saved = load_vocab(os.path.join(export, "assets.extra", run_dir.SPM_MODEL_NAME))
     assert saved.kind == "sentencepiece" and saved.sha256 == spm_run["vocab"].sha256
     loaded = tf.saved_model.load(export)
     out = loaded.signatures["serving_default"](text=tf.constant(["København café 😀", "東京"]))
