@@ -68,7 +68,8 @@ def _processor(raw: bytes, path: str):
     try:
         processor.LoadFromSerializedProto(raw)
     except (RuntimeError, OSError, TypeError) as e:
-        raise VocabError(f"{path} is not a SentencePiece model ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise VocabError(f"{path} is not a SentencePiece model ({reason})") from None
     if processor.GetPieceSize() == 0:
         raise VocabError(f"SentencePiece model {path} has no pieces")
     return processor

@@ -2,9 +2,10 @@
 
 Readers (`tfrecord_io.read_manifest`, the trainer) need `format_version`, `max_seq_length`,
 `vocab` and `splits`; `vocab.sha256` is the checksum of the vocab file or SentencePiece model
-(`vocab.kind`: "wordpiece" or "sentencepiece"; a manifest without `kind` is WordPiece); the rest documents the build. Format 2 (this builder) adds the global
-shuffle (`shuffle`), the input format and the input problems; format 1 data was written in
-corpus order (the trainer warns). `eval_split` (rule version 2 on, `split`) records how the
+(`vocab.kind`: "wordpiece" or "sentencepiece"; a manifest without `kind` is WordPiece); the
+rest documents the build. Format 2 (this builder) adds the global shuffle (`shuffle`), the
+input format and the input problems; format 1 data was written in corpus order (the trainer
+warns). `eval_split` (rule version 2 on, `split`) records how the
 held-out documents were chosen and the share of the tokens they hold; a manifest without it
 held out a seeded draw of documents keyed by file name (rule version 1), which reads the same.
 """
