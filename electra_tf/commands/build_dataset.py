@@ -84,6 +84,12 @@ def _add_input_flags(arg) -> None:
     arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
         "--learn-vocab, where the learned vocab is written (default: "
         "<parent of --output-dir>/vocab.txt)")
+    arg("--spm-model", metavar="FILE", help="a SentencePiece model (spm_train's .model) to "
+        "tokenise with instead of a WordPiece --vocab-file: its pieces are the ids; [PAD] must "
+        "be id 0 and [UNK], [CLS], [SEP], [MASK] pieces present (or <pad>, <unk>, <s>/<cls>, "
+        "</s>/<sep>, <mask>); the model's own normalisation applies (--do-lower-case and "
+        "--strip-accents do not); with --learn-spm, where the trained model is written "
+        "(default: <parent of --output-dir>/spm.model)")
 
 
 def _add_example_flags(arg) -> None:
@@ -99,7 +105,8 @@ def _add_example_flags(arg) -> None:
         help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped "
         "and each file is one document (default: on)")
     arg("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
-        help="lowercase before WordPiece (default)")
+        help="lowercase before WordPiece (default); with --learn-spm, train a case-folding "
+        "SentencePiece model")
     arg("--no-lower-case", dest="do_lower_case", action="store_false",
         help="keep case (accents are then kept too, as in BERT)")
     arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
@@ -128,8 +135,13 @@ def _add_output_flags(arg) -> None:
         "(default: %(default)s)")
     arg("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens "
         "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
+    arg("--learn-spm", type=int, metavar="SIZE", help="train a SentencePiece (Unigram) model "
+        "of at most SIZE pieces on the corpus (sentencepiece package; deterministic) and build "
+        "with it: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, NFKC normalisation, case-folded "
+        "unless --no-lower-case, accents kept")
     arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
-        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
+        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab or "
+        "SentencePiece model with --learn-spm")
     arg("--runner", default=LOCAL_RUNNER, help="local: this machine's processes "
         "(--num-processes); or an Apache Beam runner (DirectRunner, DataflowRunner, SparkRunner, "
         "FlinkRunner, ...) building the same shards with Beam (needs the [beam] extra); any "

@@ -59,10 +59,32 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         help="the pretrained run, DATA_DIR/models/MODEL_NAME (default: %(default)s)")
     parser.add_argument("--hparams", default=None,
                         help="JSON object of hparams, or the path of a .json file holding one")
+    parser.add_argument("--spm-model", metavar="FILE",
+                        help="the SentencePiece model (.model) the pretrained model was trained "
+                        "with, instead of a WordPiece vocab (the vocab_file hparam): checked "
+                        "against the starting point's; with random_init, the vocabulary. The "
+                        "fine-tuned SavedModels tokenise raw text with it in-graph")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing results and fine-tuned models of these tasks")
     console.add_verbosity_flags(parser)
     return parser
+
+
+def with_spm_model(hparams, spm_model):
+    """The --hparams with --spm-model as their vocab_file (a SentencePiece model, checked)."""
+    if spm_model is None:
+        return hparams
+    from electra_tf.config import parse_hparams
+    from electra_tf.sentencepiece_vocab import SENTENCEPIECE
+    from electra_tf.vocab import VocabError, load_vocab
+
+    values = parse_hparams(hparams)
+    if values.get("vocab_file") is not None:
+        raise VocabError("--spm-model and the vocab_file hparam exclude each other: give one")
+    if load_vocab(spm_model).kind != SENTENCEPIECE:
+        raise VocabError(f"--spm-model {spm_model} is not a SentencePiece model (a WordPiece "
+                         "vocab.txt goes to the vocab_file hparam)")
+    return dict(values, vocab_file=spm_model)
 
 
 def main(argv=None, prog: str = PROG) -> int:
@@ -74,7 +96,8 @@ def main(argv=None, prog: str = PROG) -> int:
         from electra_tf.finetuning.config import FinetuningConfig
         from electra_tf.finetuning.runner import run
 
-        config = FinetuningConfig.create(args.model_name, args.data_dir, args.hparams)
+        config = FinetuningConfig.create(args.model_name, args.data_dir,
+                                         with_spm_model(args.hparams, args.spm_model))
         results = run(config, overwrite=args.overwrite)
         print(f"results: {config.results_json}")
         for trial in results["trials"]:

@@ -82,6 +82,7 @@ def model_card(part: str, architecture: str, hf_config: Mapping, loaded, model_d
         do_lower_case: bool. How the tokenizer normalises.
     """
     config = loaded.config
+    tokenization = _tokenization(loaded, do_lower_case)
     sizes = _sizes_table(hf_config, num_parameters)
     training = _training_table(loaded)
     metrics = _metrics_section(model_dir)
@@ -121,10 +122,19 @@ model = {usage_class}.from_pretrained("PATH")
 outputs = model(**tokenizer(["An example sentence."], return_tensors="pt"))
 ```
 
-Tokenization: BERT WordPiece, lowercasing {"on" if do_lower_case else "off"} as the training data was built;
+Tokenization: {tokenization};
 `tokenizer.json` gives the same ids as electra-tf's tokenizer. The training data's licences apply
 to this model.
 """
+
+
+def _tokenization(loaded, do_lower_case: bool) -> str:
+    """The card's tokenization line: SentencePiece or WordPiece, and how text is normalised."""
+    if getattr(loaded.vocab, "kind", "wordpiece") == "sentencepiece":
+        return ("SentencePiece (`spm.model`, its own normalisation), the BERT special tokens "
+                "mapped to its pieces")
+    return (f"BERT WordPiece, lowercasing {'on' if do_lower_case else 'off'} as the training "
+            "data was built")
 
 
 def _sizes_table(hf_config: Mapping, num_parameters: int) -> str:

@@ -204,9 +204,10 @@ class FinetuningConfig:
         if config.init_checkpoint is None:
             derived["init_checkpoint"] = pretrained
         if config.vocab_file is None:
-            # Official: the pretrained model's vocab, else DATA_DIR/vocab.txt.
-            vocab = join(pretrained, run_dir.VOCAB_NAME)
-            derived["vocab_file"] = vocab if os.path.isfile(vocab) else join(data_dir, "vocab.txt")
+            # Official: the pretrained model's vocab (or SentencePiece model), else
+            # DATA_DIR/vocab.txt.
+            derived["vocab_file"] = (run_dir.find_vocab_copy(pretrained)
+                                     or join(data_dir, "vocab.txt"))
         if config.model_dir is None:
             derived["model_dir"] = join(pretrained, run_dir.FINETUNING_MODELS_DIR)
         if config.results_txt is None:

@@ -14,7 +14,8 @@ Text is tokenized and packed in-graph by the same code that built the training f
 (classification/regression: `encoding.TextEncoder`; QA: `qa/serving.py`; tagging:
 `tagging/serving.py`), padded to the longest sequence of the batch.
 
-`assets.extra/` holds `finetuning_config.json`, `vocab.txt` and `labels.json` ({task: label
+`assets.extra/` holds `finetuning_config.json`, `vocab.txt` (`spm.model` for a SentencePiece
+vocabulary) and `labels.json` ({task: label
 names} of the classification and tagging tasks). Loading needs TensorFlow and `import tensorflow_text` (for the tokenizer's ops).
 The export is written to a temporary directory and renamed into place.
 """
@@ -27,6 +28,7 @@ from typing import Callable, Dict, Mapping, Sequence
 import tensorflow as tf
 
 from electra_tf.finetuning.encoding import TextEncoder
+from electra_tf.training import run_dir
 from electra_tf.training.export import save_atomically
 
 CONFIG_FILE = "finetuning_config.json"
@@ -132,4 +134,5 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     if module.labels:
         texts[LABELS_FILE] = json.dumps(module.labels, indent=1, ensure_ascii=False)
     return save_atomically(module, module.signature_functions, target,
-                           extra_files={"vocab.txt": vocab_path}, extra_texts=texts)
+                           extra_files={run_dir.vocab_copy_name(vocab_path): vocab_path},
+                           extra_texts=texts)

@@ -265,6 +265,7 @@ class ElectraPretrainer(keras.Model):
     @classmethod
     def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
                                 vocab_tokens: Optional[Sequence[str]] = None,
+                                vocab_kind: str = "wordpiece",
                                 **kwargs) -> "ElectraPretrainer":
         """Builds the model the official way from a resolved `PretrainingConfig`.
 
@@ -273,10 +274,13 @@ class ElectraPretrainer(keras.Model):
             special_tokens: SpecialTokens of the vocab.
             vocab_tokens: the vocab's tokens; with `whole_word_masking` they define the words
                 (without them the model builds, but training calls fail).
+            vocab_kind: `Vocab.kind` of those tokens ("wordpiece" or "sentencepiece"): how
+                their words are marked (`whole_word.continuation_ids`).
             **kwargs: more `ElectraPretrainer` arguments.
         """
         if config.whole_word_masking and vocab_tokens is not None:
-            kwargs.setdefault("continuation_ids", whole_word.continuation_ids(vocab_tokens))
+            kwargs.setdefault("continuation_ids", whole_word.continuation_ids(
+                vocab_tokens, vocab_kind, special_tokens))
         bert = get_bert_config(config)
         generator = None
         if config.electra_objective and config.untied_generator and not config.uniform_generator:

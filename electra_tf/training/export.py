@@ -177,7 +177,7 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) ->
         `export/<network>/<step>` written.
     """
     export_dir = os.path.join(config.model_dir, run_dir.EXPORT_DIR)
-    extra = {run_dir.VOCAB_NAME: vocab.path}
+    extra = {run_dir.vocab_copy_name(vocab.path): vocab.path}
     config_path = os.path.join(config.model_dir, run_dir.CONFIG_NAME)
     if os.path.exists(config_path):
         extra[run_dir.CONFIG_NAME] = config_path

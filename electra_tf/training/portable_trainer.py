@@ -202,7 +202,7 @@ class PortableTrainer(run_base.LockedRun):
         keras.mixed_precision.set_global_policy(self.precision.policy)
         keras.utils.set_random_seed(config.seed)  # weight init
         self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
-                                                               self.vocab.tokens)
+                                                               self.vocab.tokens, self.vocab.kind)
         self.model.build_from_sequence_length()
         self.optimizer, self.schedule = optimization.create_optimizer(
             config, config.optimizer, generator_variables=self.model.generator_variables())
