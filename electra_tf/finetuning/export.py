@@ -7,7 +7,7 @@ is the first task's raw-text signature:
 |---|---|---|
 | classification | `text` [batch] (+ `text_b` for a pair task) -> `probabilities`, `logits`, `label_ids`, `labels` | the same outputs |
 | regression (sts) | `text`, `text_b` -> `predictions` ([0, 1], as trained), `scores` (x 5: the 0-5 scale) | the same |
-| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | - |
+| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | the head's `start_logits` [batch, seq]; with `joint_prediction` the beam's `start_top_log_probs`, `start_top_index` [batch, beam], `end_top_log_probs`, `end_top_index` [batch, beam, beam], else `end_logits`; with `answerable_classifier` `answerable_logit` [batch] (to decode outside TensorFlow, e.g. after the ONNX export) |
 | tagging (chunk) | `text` (words separated by whitespace) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged` | + `labeled_positions` -> `tag_ids` [batch, seq] |
 
 Text is tokenized and packed in-graph by the same code that built the training features
