@@ -7,8 +7,9 @@ directory, exports it as the SavedModel the trainer writes (`export/discriminato
 sequence `--seq-length` on the CPU:
 
 - TensorFlow: the loaded SavedModel's `serving_default` signature, called in-process;
-- ONNX Runtime: an `InferenceSession` (CPUExecutionProvider, default session options: all
-  graph optimizations, intra-op threads = the cores).
+- ONNX Runtime: an `InferenceSession` (CPUExecutionProvider, all graph optimizations) with its
+  default threads (intra-op = the cores, spinning while idle), with spinning off, and with one
+  intra-op thread (spinning threads lose the most on a machine whose cores others use).
 
 The two are timed in alternating rounds (`--rounds` x `--calls` each, after `--warmup` calls), so a
 change in the machine's load hits both; the medians and 90th percentiles of all calls are printed
@@ -124,16 +125,25 @@ def main() -> None:
                  "input_mask": np.ones(shape, np.int32), "segment_ids": np.zeros(shape, np.int32)}
         signature = tf.saved_model.load(saved_model).signatures["serving_default"]
         tf_feeds = {k: tf.constant(v) for k, v in feeds.items()}
-        session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+        sessions = {"onnxruntime": ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])}
+        no_spin = ort.SessionOptions()
+        no_spin.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sessions["onnxruntime_no_spinning"] = ort.InferenceSession(
+            onnx_path, no_spin, providers=["CPUExecutionProvider"])
+        one = ort.SessionOptions()
+        one.intra_op_num_threads = 1
+        sessions["onnxruntime_1_thread"] = ort.InferenceSession(
+            onnx_path, one, providers=["CPUExecutionProvider"])
 
         def run_tf():
             return signature(**tf_feeds)["replaced_probs"].numpy()
 
-        def run_ort():
-            return session.run(["replaced_probs"], feeds)[0]
+        def ort_runner(session):
+            return lambda: session.run(["replaced_probs"], feeds)[0]
 
-        difference = float(np.max(np.abs(run_tf() - run_ort())))
-        engines = {"tensorflow_saved_model": run_tf, "onnxruntime": run_ort}
+        engines = {"tensorflow_saved_model": run_tf}
+        engines.update({name: ort_runner(session) for name, session in sessions.items()})
+        difference = max(float(np.max(np.abs(run_tf() - fn()))) for fn in engines.values())
         times = {name: [] for name in engines}
         for fn in engines.values():
             for _ in range(args.warmup):
@@ -144,7 +154,8 @@ def main() -> None:
                     start = time.perf_counter()
                     fn()
                     times[name].append(time.perf_counter() - start)
-        sizes = {"tensorflow_saved_model": dir_size(saved_model), "onnxruntime": os.path.getsize(onnx_path)}
+        sizes = {name: os.path.getsize(onnx_path) for name in sessions}
+        sizes["tensorflow_saved_model"] = dir_size(saved_model)
         result = {
             "model": f"ELECTRA-{args.model_size} discriminator, random weights, vocab {args.vocab_size}",
             "batch": args.batch, "seq_length": args.seq_length, "opset": DEFAULT_OPSET,
@@ -156,8 +167,7 @@ def main() -> None:
                         for name, t in times.items()},
             "versions": {"tensorflow": tf.__version__, "onnxruntime": ort.__version__,
                          "tf2onnx": tf2onnx.__version__, "python": platform.python_version()},
-            "cpu": {"flags": cpu_flags(), "cores": os.cpu_count(),
-                    "ort_intra_op_threads": session.get_session_options().intra_op_num_threads},
+            "cpu": {"flags": cpu_flags(), "cores": os.cpu_count()},
             "load_average_before": load_before, "load_average_after": load_average(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         }
