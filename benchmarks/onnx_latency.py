@@ -59,7 +59,8 @@ def dir_size(path: str) -> int:
                for root, _, names in os.walk(path) for name in names)
 
 
-def build_export(work: str, model_size: str, vocab_size: int, seq_length: int):
+def build_export(work: str, model_size: str, vocab_size: int, seq_length: int,
+                 num_layers: int = None):
     """(SavedModel dir, run dir) of a random-weight discriminator."""
     import tensorflow as tf
 
@@ -73,8 +74,10 @@ def build_export(work: str, model_size: str, vocab_size: int, seq_length: int):
         tokens = list(REQUIRED_TOKENS)
         f.write("\n".join(tokens + [f"w{i}" for i in range(vocab_size - len(tokens))]) + "\n")
     vocab = load_vocab(vocab_path)
-    config = PretrainingConfig.create("bench", work, {
-        "model_size": model_size, "vocab_size": vocab.size, "max_seq_length": seq_length})
+    hparams = {"model_size": model_size, "vocab_size": vocab.size, "max_seq_length": seq_length}
+    if num_layers:
+        hparams["model_hparam_overrides"] = {"num_hidden_layers": num_layers}
+    config = PretrainingConfig.create("bench", work, hparams)
     tf.keras.utils.set_random_seed(0)
     model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
     model.build_from_sequence_length()
@@ -89,12 +92,15 @@ def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def main() -> None:
+def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-size", choices=("small", "base", "large"), default="small",
                         help="ELECTRA size preset (default: %(default)s)")
     parser.add_argument("--vocab-size", type=positive_int, default=30522,
                         help="vocabulary size, BERT's uncased by default (default: %(default)s)")
+    parser.add_argument("--num-layers", type=positive_int, default=None,
+                        help="encoder layers instead of the preset's (a quicker check; default: "
+                             "the preset's, 12 for small)")
     parser.add_argument("--batch", type=positive_int, default=1, help="batch size (default: %(default)s)")
     parser.add_argument("--seq-length", type=positive_int, default=128,
                         help="sequence length (default: %(default)s)")
@@ -105,7 +111,7 @@ def main() -> None:
     parser.add_argument("--calls", type=positive_int, default=20,
                         help="timed calls per engine and round (default: %(default)s)")
     parser.add_argument("--output", default=None, help="also write the JSON result here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     import numpy as np
     import onnxruntime as ort
@@ -117,7 +123,8 @@ def main() -> None:
     load_before = load_average()
     work = tempfile.mkdtemp(prefix="onnx_latency_")
     try:
-        saved_model, run_dir = build_export(work, args.model_size, args.vocab_size, args.seq_length)
+        saved_model, run_dir = build_export(work, args.model_size, args.vocab_size, args.seq_length,
+                                           args.num_layers)
         onnx_path = export_onnx(run_dir, os.path.join(work, "discriminator.onnx"))
         rng = np.random.default_rng(0)
         shape = (args.batch, args.seq_length)
@@ -157,7 +164,8 @@ def main() -> None:
         sizes = {name: os.path.getsize(onnx_path) for name in sessions}
         sizes["tensorflow_saved_model"] = dir_size(saved_model)
         result = {
-            "model": f"ELECTRA-{args.model_size} discriminator, random weights, vocab {args.vocab_size}",
+            "model": f"ELECTRA-{args.model_size} discriminator, random weights, vocab {args.vocab_size}"
+                     + (f", {args.num_layers} layers" if args.num_layers else ""),
             "batch": args.batch, "seq_length": args.seq_length, "opset": DEFAULT_OPSET,
             "calls_per_engine": args.rounds * args.calls,
             "max_abs_difference_replaced_probs": difference,
@@ -178,6 +186,7 @@ def main() -> None:
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+    return result
 
 
 if __name__ == "__main__":

@@ -133,7 +133,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                     "Outputs equal the SavedModel's within 1e-4 in onnxruntime (docs/conversion.md).")
     p.add_argument("--model-dir", required=True,
                    help="a pretraining run directory (DATA_DIR/models/NAME: its discriminator from "
-                        "a checkpoint), an exported discriminator SavedModel, or a fine-tuned "
+                        "a checkpoint), an exported discriminator SavedModel (export/discriminator: "
+                        "its newest version), or a fine-tuned "
                         "model's SavedModel directory (DATA_DIR/models/NAME/finetuning_models/<tasks>_model_<trial>)")
     p.add_argument("--output", required=True, help="the .onnx file to write")
     p.add_argument("--task", default=None,

@@ -4,7 +4,7 @@ What is exported is the SavedModel's token-id signature, with the same input and
 
 | source (`--model-dir`) | signature | inputs (int32 [batch, seq]) | outputs |
 |---|---|---|---|
-| a pretraining run directory (config.json, checkpoints) or its `export/discriminator/STEP` | `serving_default` | `input_ids`, `input_mask`, `segment_ids` | `replaced_probs` [batch, seq], `sequence_output` [batch, seq, hidden] |
+| a pretraining run directory (config.json, checkpoints) or its `export/discriminator[/STEP]` | `serving_default` | `input_ids`, `input_mask`, `segment_ids` | `replaced_probs` [batch, seq], `sequence_output` [batch, seq, hidden] |
 | a fine-tuned SavedModel (`finetuning_models/<tasks>_model_<trial>`), classification | `<task>_ids` | the same | `probabilities`, `logits`, `label_ids`, `labels` (string) |
 | regression (sts) | `<task>_ids` | the same | `predictions`, `scores` |
 | question answering | `<task>_ids` | the same | `start_logits`, `end_logits`, `answerable_logit`, and the beam's `start_top_*` / `end_top_*` |
@@ -243,7 +243,8 @@ def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
 
     Args:
         model_dir: a pretraining run directory, an exported discriminator SavedModel
-            (`export/discriminator/STEP`) or a fine-tuned model's SavedModel directory.
+            (`export/discriminator/STEP`, or `export/discriminator`: its newest version) or a
+            fine-tuned model's SavedModel directory.
         output: the .onnx file to write (atomically: a temporary file, then a rename).
         task: which task of a multi-task fine-tuned model (None: its only one).
         checkpoint: a run directory's checkpoint prefix instead of the latest one.
@@ -263,6 +264,10 @@ def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
         raise ConversionError(f"--output {output} already exists; pass --overwrite to replace it")
     if not os.path.isdir(model_dir):
         raise ConversionError(f"--model-dir {model_dir} does not exist")
+    from electra_tf.training.hub import latest_version_dir
+
+    # `export/discriminator` (TF Serving's base path) -> its newest version folder.
+    model_dir = latest_version_dir(model_dir) or model_dir
     metadata = {"electra_tf.opset": str(opset)}
     if is_saved_model(model_dir):
         if checkpoint is not None:
