@@ -7,7 +7,7 @@ is the first task's raw-text signature:
 |---|---|---|
 | classification | `text` [batch] (+ `text_b` for a pair task) -> `probabilities`, `logits`, `label_ids`, `labels` | the same outputs |
 | regression (sts) | `text`, `text_b` -> `predictions` ([0, 1], as trained), `scores` (x 5: the 0-5 scale) | the same |
-| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | - |
+| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | the head's `start_logits` [batch, seq]; with `joint_prediction` the beam's `start_top_log_probs`, `start_top_index` [batch, beam], `end_top_log_probs`, `end_top_index` [batch, beam, beam], else `end_logits`; with `answerable_classifier` `answerable_logit` [batch] (to decode outside TensorFlow, e.g. after the ONNX export) |
 | tagging (chunk, ner, pos) | `text` (chunk: words separated by whitespace; ner, pos: raw text) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged`; ner, pos: + `words`, `word_starts`, `word_ends` (character offsets); ner: + `entity_types`, `entity_starts`, `entity_ends`, `entity_texts`, `num_entities` | + `labeled_positions` -> `tag_ids` [batch, seq] |
 
 Text is tokenized and packed in-graph by the same code that built the training features
