@@ -248,7 +248,8 @@ def _assert_model_card_records(config, resolved):
     from electra_tf.convert import model_card
 
     loaded = type("Loaded", (), {"config": PretrainingConfig.load(
-        os.path.join(config.model_dir, "config.json")), "step": 3})
+        os.path.join(config.model_dir, "config.json")), "step": 3,
+        "vocab": type("Vocab", (), {"kind": "wordpiece"})})
     card = model_card.model_card(
         "discriminator", "ElectraForPreTraining", {"num_hidden_layers": 1, "hidden_size": 64,
                                                    "num_attention_heads": 1,

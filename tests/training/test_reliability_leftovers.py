@@ -98,9 +98,10 @@ def _save_temps(model_dir):
 
 
 def _later_save_temps(model_dir):
-    """`ckpt-N_temp` of a save after the first (the export needs a checkpoint to read)."""
-    temps = _save_temps(model_dir)
-    return temps if temps and os.path.exists(os.path.join(model_dir, "ckpt-0.index")) else []
+    """`ckpt-N_temp` of a save after the first (the export needs a checkpoint to read). Named by
+    step, not by ckpt-0.index being there: TensorFlow creates that file while it merges the first
+    save, with ckpt-0_temp still present, and a kill then leaves no readable checkpoint."""
+    return [n for n in _save_temps(model_dir) if n != "ckpt-0_temp"]
 
 
 def _export_staging(model_dir):
