@@ -4,8 +4,8 @@ Each layer is a thin wrapper over the pure function that implements the behaviou
 implementation of each): `ElectraMasking` over `masking.mask_inputs` (official `mask()`),
 `ElectraFakeData` over `sampling.make_fake_inputs` (official `_get_fake_data`), and
 `ElectraDiscriminatorOutput` over `DiscriminatorHead` + `losses.rtd_loss` (official
-`_get_discriminator_output`). `ElectraPretrainer` is composed of them, and they build the same
-objective around any encoder, e.g. keras-hub backbones (docs/keras.md).
+`_get_discriminator_output`). `PretrainingModel` (pretrainer.py) is composed of them, and they
+build the same objective around any encoder, e.g. keras-hub backbones (docs/keras.md).
 
 Randomness: masking and sampling draw from counter-based per-example keys (`seeds.py`,
 `electra_tf.modeling.rng`): the same draws on every Keras backend. Call them with the step's
@@ -188,7 +188,7 @@ class ElectraFakeData(keras.layers.Layer):
             salted apart).
         example_offset: as for `ElectraMasking`.
         temperature: optional float32 scalar (a tensor: the temperature curriculum's value at
-            this step, `ElectraPretrainer.sampling_temperature`) instead of `temperature`.
+            this step, `PretrainingModel.sampling_temperature`) instead of `temperature`.
 
     Returns:
         dict: `input_ids` (int32 [batch_size, seq_length], the discriminator input), `is_fake`

@@ -50,7 +50,7 @@ PREMASKED_KEY = "masked_lm_positions"
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
-class ElectraPretrainer(keras.Model):
+class PretrainingModel(keras.Model):
     """Generator + discriminator trained jointly with the replaced-token-detection objective.
 
     Args:
@@ -108,9 +108,9 @@ class ElectraPretrainer(keras.Model):
     (`ElectraFakeData`), the discriminator and `discriminator_output`
     (`ElectraDiscriminatorOutput`, whose head is `discriminator_head`).
 
-    Training: `run_pretraining.py`'s loop (training/trainer.py), or Keras:
-    `model.compile(optimizer=...)` then `model.fit(dataset)` / `model.evaluate(dataset)` run the
-    same step (training/keras_fit.py) and report `loss` and the official metrics.
+    Training: `run_pretraining.py`'s loop (training/trainer.py) calls it; Keras' `compile()` /
+    `fit()` / `evaluate()` are `training.pretrainer.ElectraPretrainer`'s, this model with the
+    trainer's step (training/ builds on this module, never the other way).
 
     Call args:
         inputs: dict of int32 [batch_size, seq_length] tensors `input_ids`, `input_mask`,
@@ -191,7 +191,6 @@ class ElectraPretrainer(keras.Model):
         self.discriminator_encoder = discriminator_encoder
         self.generator_encoder = generator_encoder if needs_generator else None
         self._special = SpecialTokens(**self.special_tokens)
-        self._fit_state = None  # compile(): Keras training state (training/keras_fit.py)
 
         # === Layers ===
         self.masking = ElectraMasking(
@@ -265,7 +264,7 @@ class ElectraPretrainer(keras.Model):
     @classmethod
     def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
                                 vocab_tokens: Optional[Sequence[str]] = None,
-                                **kwargs) -> "ElectraPretrainer":
+                                **kwargs) -> "PretrainingModel":
         """Builds the model the official way from a resolved `PretrainingConfig`.
 
         Args:
@@ -273,7 +272,7 @@ class ElectraPretrainer(keras.Model):
             special_tokens: SpecialTokens of the vocab.
             vocab_tokens: the vocab's tokens; with `whole_word_masking` they define the words
                 (without them the model builds, but training calls fail).
-            **kwargs: more `ElectraPretrainer` arguments.
+            **kwargs: more constructor arguments.
         """
         if config.whole_word_masking and vocab_tokens is not None:
             kwargs.setdefault("continuation_ids", whole_word.continuation_ids(vocab_tokens))
@@ -409,114 +408,6 @@ class ElectraPretrainer(keras.Model):
         make its slices' losses add up to the whole batch's (gradient accumulation)."""
         return {"masked_lm_loss": losses.weight_sum(masked["masked_lm_weights"]),
                 "disc_loss": losses.weight_sum(masked["input_mask"])}
-
-    # === Keras training (training/keras_fit.py) ===
-    def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
-                disc_auc_include_padding: bool = False, **kwargs):
-        """Prepares `fit()` / `evaluate()` with the official objective, update and metrics.
-
-        Args:
-            optimizer: a Keras optimizer; the official one is `AdamWeightDecay` with
-                `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
-                under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
-                Gradients are summed over replicas and clipped at global norm 1.0 before it
-                (official). On JAX and PyTorch the step is `training.portable_fit`'s. A
-                decoupled optimizer (one with a `generator_learning_rate`,
-                `decoupled_optimizers`) is given `generator_variables()` as its generator side
-                unless it has them already.
-            gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
-                update of the whole batch (`training.accumulation`); its size must divide.
-            jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
-                `jit_compile` hparam; Keras' own whole-step compilation is not used there: it
-                would change the random draws). JAX always compiles the whole step; PyTorch
-                runs eagerly (True asks Keras for torch.compile).
-            disc_auc_include_padding: bool. The official disc_auc counting padding
-                (`PretrainingMetrics`).
-            **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
-                loss and metrics are the objective's own: `loss`, `metrics` and the like are
-                refused.
-
-        Raises:
-            ValueError: a loss or metrics given, or an optimizer that cannot be used here.
-        """
-        given = sorted(k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
-                       if kwargs.get(k) is not None)
-        if given:
-            raise ValueError(f"ElectraPretrainer.compile: {', '.join(given)} not accepted; the "
-                             "objective defines the losses and the official metrics")
-        unknown = sorted(set(kwargs) - {"run_eagerly", "steps_per_execution", "auto_scale_loss",
-                                        "loss", "loss_weights", "metrics", "weighted_metrics"})
-        if unknown:
-            raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        if keras.backend.backend() == "tensorflow":
-            from electra_tf.training import keras_fit  # training/ builds on this module
-
-            super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
-            self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
-                                                      jit_compile, disc_auc_include_padding)
-            return
-        from electra_tf.training import portable_fit
-
-        # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
-        super().compile(optimizer=optimizer,
-                        jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
-        self._fit_state = portable_fit.compile_state(self, gradient_accumulation_steps,
-                                                     disc_auc_include_padding)
-
-    def train_step(self, *args):
-        # TensorFlow and PyTorch: train_step(data); JAX: train_step(state, data).
-        state = self._compiled_state()
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            return keras_fit.fit_train_step(state, *args)
-        from electra_tf.training import portable_fit
-
-        step = portable_fit.jax_train_step if backend == "jax" else portable_fit.torch_train_step
-        return step(self, state, *args)
-
-    def test_step(self, *args):
-        state = self._compiled_state()
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            return keras_fit.fit_test_step(state, self, *args)
-        from electra_tf.training import portable_fit
-
-        step = portable_fit.jax_test_step if backend == "jax" else portable_fit.torch_test_step
-        return step(self, state, *args)
-
-    @property
-    def metrics(self):
-        return [] if self._fit_state is None else self._fit_state.all_metrics
-
-    def reset_metrics(self):
-        if self._fit_state is None:
-            return
-        if keras.backend.backend() == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            keras_fit.reset(self._fit_state)
-            return
-        for metric in self._fit_state.all_metrics:
-            metric.reset_state()
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras (TF backend) builds a model created under a strategy by drawing a batch from
-        # fit()'s or evaluate()'s iterator, which then trains from the SECOND batch (and the
-        # data order is no longer run_pretraining.py's). compile() has built the model and the
-        # optimizer already, and the objective has no compiled loss or metrics to build.
-        if self._fit_state is not None and self.built and self.optimizer.built:
-            return
-        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def _compiled_state(self):
-        if self._fit_state is None:
-            raise RuntimeError("call compile(optimizer=...) before fit() or evaluate()")
-        return self._fit_state
 
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
         """Creates every variable by running one tiny eval-mode call (needed before restoring)."""

@@ -16,7 +16,7 @@ from electra_tf.modeling.heads import DiscriminatorHead
 from electra_tf.pretraining import losses, masking, sampling, seeds
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking)
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 from tests.pretraining.test_pretrainer import SEQ, SPECIAL, VOCAB, batch, make_model, tiny_config
 
 SEED = tf.constant([11, 5], tf.int32)

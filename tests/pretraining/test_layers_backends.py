@@ -96,7 +96,7 @@ _PRETRAINER = """
 import json, os, tempfile
 import keras
 from keras import ops
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 model_config = json.loads(str(inp["model_config"]))
 keras.utils.set_random_seed(0)

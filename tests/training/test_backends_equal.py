@@ -36,9 +36,9 @@ _COMMON = """
 import json
 import keras
 from keras import ops
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 keras.mixed_precision.set_global_policy(str(inp["policy"]))
 keras.utils.set_random_seed(0)

@@ -13,9 +13,9 @@ _CHILD = """
 import json
 import keras
 import numpy as np
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 config = json.loads(str(inp["config"]))
 data = {k: inp[k] for k in ("input_ids", "input_mask", "segment_ids")}
