@@ -19,7 +19,8 @@ CONFIG = {
     "generator_config": dict(vocab_size=VOCAB, hidden_size=8, num_hidden_layers=1,
                              num_attention_heads=1, intermediate_size=16, embedding_size=8,
                              **NO_DROPOUT),
-    "special_tokens": SPECIAL, "max_predictions_per_seq": 3, "seed": 11, "name": "pretrainer",
+    "special_tokens": SPECIAL, "masking_options": {"max_predictions_per_seq": 3}, "seed": 11,
+    "name": "pretrainer",
 }
 
 _CHILD = """
