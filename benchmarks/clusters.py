@@ -1,5 +1,5 @@
-"""Benchmark: each XLA cluster of the transformer block (`electra_tf.modeling.fused`), forward and
-backward, at ELECTRA-small's shapes.
+"""Benchmark: each XLA cluster of the transformer block (`electra_tf.modeling.xla_clusters`),
+forward and backward, at ELECTRA-small's shapes.
 
 The TensorFlow profiler shows the clusters' total time but not which cluster it goes to (a
 cluster's run is one anonymous `CpuExecutable` event). This times each compiled function on its
@@ -37,7 +37,7 @@ PASSES = ("forward", "backward")
 RATE = 0.1
 
 
-def _cases(tf, fused, batch, length, hidden, heads, ffn, dtype, reps, salt):
+def _cases(tf, clusters, batch, length, hidden, heads, ffn, dtype, reps, salt):
     """{(cluster, pass): function of one operand index} for one encoder's shapes."""
     rows, head_size = batch * length, hidden // heads
     static = {"rate": RATE, "kind": "hash"}
@@ -51,31 +51,31 @@ def _cases(tf, fused, batch, length, hidden, heads, ffn, dtype, reps, salt):
     qkv_bias = operands([3 * hidden], 2, tf.float32)[0]
     scores = operands([batch, heads, length, length], 3)
     mask_bias = tf.zeros([batch, 1, 1, length])
-    forward_attention = [fused._attention_forward(s, mask_bias, noise, **static) for s in scores]
+    forward_attention = [clusters._attention_forward(s, mask_bias, noise, **static) for s in scores]
     h, residual = operands([rows, hidden], 4), operands([rows, hidden], 5)
     bias, gamma, beta = (operands([hidden], 6 + i, tf.float32)[0] for i in range(3))
-    normed = [fused._bdrn_forward(h[i], bias, residual[i], gamma, beta, noise, epsilon=1e-12,
-                                  **static) for i in range(reps)]
+    normed = [clusters._bdrn_forward(h[i], bias, residual[i], gamma, beta, noise, epsilon=1e-12,
+                                     **static) for i in range(reps)]
     inner, inner_grad = operands([rows, ffn], 9), operands([rows, ffn], 10)
     inner_bias = operands([ffn], 11, tf.float32)[0]
     scale = head_size ** -0.5
     return {
-        ("split_heads", "forward"): lambda i: fused._split_heads_forward(
+        ("split_heads", "forward"): lambda i: clusters._split_heads_forward(
             qkv[i], qkv_bias, heads=heads, scale=scale),
-        ("split_heads", "backward"): lambda i: fused._split_heads_backward(
+        ("split_heads", "backward"): lambda i: clusters._split_heads_backward(
             heads_grad[i], heads_grad[(i + 1) % reps], heads_grad[(i + 2) % reps],
             scale=scale),
-        ("attention_probs", "forward"): lambda i: fused._attention_forward(
+        ("attention_probs", "forward"): lambda i: clusters._attention_forward(
             scores[i], mask_bias, noise, **static),
-        ("attention_probs", "backward"): lambda i: fused._attention_backward(
+        ("attention_probs", "backward"): lambda i: clusters._attention_backward(
             scores[(i + 1) % reps], *forward_attention[i]),
-        ("bias_dropout_residual_norm", "forward"): lambda i: fused._bdrn_forward(
+        ("bias_dropout_residual_norm", "forward"): lambda i: clusters._bdrn_forward(
             h[i], bias, residual[i], gamma, beta, noise, epsilon=1e-12, **static),
-        ("bias_dropout_residual_norm", "backward"): lambda i: fused._bdrn_backward(
+        ("bias_dropout_residual_norm", "backward"): lambda i: clusters._bdrn_backward(
             residual[(i + 1) % reps], normed[i][1], normed[i][2], gamma, noise, dtype=dtype.name,
             **static),
-        ("bias_gelu", "forward"): lambda i: fused._bias_gelu_forward(inner[i], inner_bias),
-        ("bias_gelu", "backward"): lambda i: fused._bias_gelu_backward(
+        ("bias_gelu", "forward"): lambda i: clusters._bias_gelu_forward(inner[i], inner_bias),
+        ("bias_gelu", "backward"): lambda i: clusters._bias_gelu_backward(
             inner_grad[i], inner[i], inner_bias),
     }
 
@@ -85,12 +85,12 @@ def main(argv=None):
 
     import tensorflow as tf
 
-    from electra_tf.modeling import fused
+    from electra_tf.modeling import xla_clusters
 
     dtype = tf.as_dtype(args.dtype)
     variants = {}
     for salt, (encoder, (hidden, heads, ffn, _)) in enumerate(ENCODERS.items()):
-        cases = _cases(tf, fused, args.batch, args.seq_length, hidden, heads, ffn, dtype,
+        cases = _cases(tf, xla_clusters, args.batch, args.seq_length, hidden, heads, ffn, dtype,
                        args.reps, salt)
         for key, call in cases.items():
             def run(call=call):  # one cluster call per distinct operand set

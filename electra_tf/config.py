@@ -346,7 +346,11 @@ class PretrainingConfig:
         if config.eval_tfrecords is None:
             derived["eval_tfrecords"] = join(data_dir, "pretrain_tfrecords", "eval_data.tfrecord*")
         if config.vocab_file is None:
-            derived["vocab_file"] = join(data_dir, "vocab.txt")
+            # DATA_DIR/vocab.txt, or the SentencePiece model --learn-spm writes when it is alone.
+            vocab = join(data_dir, "vocab.txt")
+            spm_model = join(data_dir, "spm.model")
+            derived["vocab_file"] = (spm_model if not os.path.exists(vocab)
+                                     and os.path.isfile(spm_model) else vocab)
         if config.probe is not None:
             from electra_tf import probe_settings  # imports this module
 

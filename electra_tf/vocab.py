@@ -1,7 +1,9 @@
-"""WordPiece vocabularies: reading, validating and fingerprinting `vocab.txt` files.
+"""Vocabularies: reading, validating and fingerprinting `vocab.txt` files (and SentencePiece models).
 
 A vocab file holds one token per line; a token's id is its 0-based line index (BERT's convention,
-each line stripped of surrounding whitespace). ELECTRA needs five special tokens; their ids are
+each line stripped of surrounding whitespace). A SentencePiece model (`--spm-model FILE`: a
+`.model` file, recognised by its name or its first byte) is the other kind of vocabulary; it is
+read by `electra_tf.sentencepiece_vocab` into the same `Vocab` (its pieces as the tokens). ELECTRA needs five special tokens; their ids are
 looked up by string here, once, and handed to tensor code as plain integers (`SpecialTokens`),
 so no tensor function ever reads a file.
 """
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from electra_tf.errors import ElectraError
 
@@ -22,6 +24,8 @@ MASK_TOKEN = "[MASK]"
 # The tokens every ELECTRA vocab must contain; [PAD] must also be id 0, since the builder pads
 # with 0 and the model treats id 0 under input_mask 0 as padding.
 REQUIRED_TOKENS = (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+# Vocab.kind of a vocab.txt (a SentencePiece model's is sentencepiece_vocab.SENTENCEPIECE).
+WORDPIECE = "wordpiece"
 
 
 class VocabError(ElectraError, ValueError):
@@ -47,12 +51,17 @@ class Vocab(NamedTuple):
         special: SpecialTokens. Ids of [PAD], [UNK], [CLS], [SEP], [MASK].
         sha256: str. Hex digest of the file's bytes; the builder's manifest and the trainer
             compare it to catch a dataset built with a different vocab.
+        kind: str. "wordpiece" (a vocab.txt) or "sentencepiece" (a SentencePiece model).
+        model: bytes or None. A SentencePiece vocab's serialized model (what the in-graph
+            tokenizer is built from); None for WordPiece.
     """
 
     path: str
     tokens: tuple
     special: SpecialTokens
     sha256: str
+    kind: str = WORDPIECE
+    model: Optional[bytes] = None
 
     @property
     def size(self) -> int:
@@ -69,10 +78,12 @@ def file_sha256(path: str, chunk_size: int = 1 << 20) -> str:
 
 
 def load_vocab(path: str) -> Vocab:
-    """Reads and validates a BERT-style vocab file.
+    """Reads and validates a BERT-style vocab file, or a SentencePiece model.
 
     Args:
-        path: str. Path of a UTF-8 file with one token per line.
+        path: str. Path of a UTF-8 file with one token per line, or of a SentencePiece model
+            (named `*.model`, or starting with a serialized ModelProto's first byte), read by
+            `sentencepiece_vocab.load_sentencepiece_vocab`.
 
     Returns:
         A `Vocab`.
@@ -89,6 +100,10 @@ def load_vocab(path: str) -> Vocab:
             raw = f.read()
     except OSError as e:
         raise VocabError(f"cannot read vocab file {path}: {e.strerror}") from e
+    from electra_tf import sentencepiece_vocab  # imports this module
+
+    if sentencepiece_vocab.looks_like_sentencepiece(path, raw[:1]):
+        return sentencepiece_vocab.load_sentencepiece_vocab(path, raw)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

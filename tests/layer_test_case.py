@@ -132,7 +132,12 @@ def run_layer_test(case: LayerCase):
 
 def run_serialization_test(case: LayerCase):
     """get_config() survives JSON, from_config() rebuilds a layer with the same config (and
-    keras' serialize / deserialize the same class), which computes the same function."""
+    keras' serialize / deserialize the same class), which computes the same function.
+
+    Returns:
+        The layer rebuilt by from_config (given the original's weights), for checks of its
+        attributes beyond the config.
+    """
     layer = case.build()
     expected = case.call(layer)
     config = layer.get_config()
@@ -145,6 +150,7 @@ def run_serialization_test(case: LayerCase):
     case.call(revived)  # builds every variable
     revived.set_weights(layer.get_weights())
     _assert_same(_numpy(case.call(revived)), _numpy(expected), what="from_config")
+    return revived
 
 
 def run_saving_test(case: LayerCase, directory):

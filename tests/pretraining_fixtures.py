@@ -125,7 +125,7 @@ def write_manifest(out_dir: str, vocab_path: str, max_seq_length: int, splits: d
 
 def write_labelled_tasks(raw_dir: str) -> str:
     """Small bbc_news (3 labels) and pang_lee (2) task dirs of random fixture-vocab words, as
-    `python -m electra_tf.sources.labelled` writes them (train 24 / dev 6 / test 6 rows)."""
+    `python -m electra_tf.commands.fetch_labelled` writes them (train 24 / dev 6 / test 6 rows)."""
     from electra_tf.sources.labelled import LabelledExample, write_tsv
 
     rng = np.random.default_rng(0)
@@ -152,6 +152,18 @@ def tiny_config(data_dir: str, model_name: str = "tiny", **overrides):
     from electra_tf.config import PretrainingConfig
 
     return PretrainingConfig.create(model_name, data_dir, tiny_hparams(**overrides))
+
+
+def layer_weights(layer) -> List[np.ndarray]:
+    """Copies of `layer`'s weights (the values now, whatever training does next)."""
+    return [w.copy() for w in layer.get_weights()]
+
+
+def assert_same_weights(a: List[np.ndarray], b: List[np.ndarray]) -> None:
+    """`a` and `b` are the same non-empty list of arrays, bit for bit."""
+    assert len(a) == len(b) and a
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
 
 
 def free_ports(count: int) -> List[int]:

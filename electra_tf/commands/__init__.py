@@ -7,6 +7,8 @@
 | `electra-pretrain`           | `python run_pretraining.py`               | `pretrain`        |
 | `electra-finetune`           | `python run_finetuning.py`                | `finetune`        |
 | `electra-convert`            | `python -m electra_tf.convert`            | `electra_tf.convert.__main__` |
+| -                            | `python -m electra_tf.commands.fetch_labelled` | `fetch_labelled` |
+| -                            | `python -m electra_tf.commands.build_corpus_tasks` | `build_corpus_tasks` |
 
 Each module has `build_parser(prog)` and `main(argv=None, prog=...)`: the scripts pass their own
 `prog` (error lines start with it), so both paths run the same code. Importing a module here

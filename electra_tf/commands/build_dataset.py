@@ -59,7 +59,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit status: 0 done, 2 bad input or environment (one line on stderr naming the "
                "problem and the file), 130 interrupted.")
-    arg = p.add_argument
+    _add_input_flags(p.add_argument)
+    _add_example_flags(p.add_argument)
+    _add_output_flags(p.add_argument)
+    console.add_verbosity_flags(p)
+    return p
+
+
+def _add_input_flags(arg) -> None:
+    """What is read: the corpus, its format, the vocab (`arg`: the parser's add_argument)."""
     arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
         f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
     arg("--input-format", choices=INPUT_FORMATS, default="text", help="text: one sentence per "
@@ -76,6 +84,16 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
         "--learn-vocab, where the learned vocab is written (default: "
         "<parent of --output-dir>/vocab.txt)")
+    arg("--spm-model", metavar="FILE", help="a SentencePiece model (spm_train's .model) to "
+        "tokenise with instead of a WordPiece --vocab-file: its pieces are the ids; [PAD] must "
+        "be id 0 and [UNK], [CLS], [SEP], [MASK] pieces present (or <pad>, <unk>, <s>/<cls>, "
+        "</s>/<sep>, <mask>); the model's own normalisation applies (--do-lower-case and "
+        "--strip-accents do not); with --learn-spm, where the trained model is written "
+        "(default: <parent of --output-dir>/spm.model)")
+
+
+def _add_example_flags(arg) -> None:
+    """Where the examples go and how they are made: length, processes, documents, casing."""
     arg("--output-dir", default=b.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
         "(default: %(default)s)")
     arg("--max-seq-length", type=int, default=b.DEFAULT_MAX_SEQ_LENGTH, help="example length incl. "
@@ -87,12 +105,18 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped "
         "and each file is one document (default: on)")
     arg("--do-lower-case", dest="do_lower_case", action="store_true", default=True,
-        help="lowercase before WordPiece (default)")
+        help="lowercase before WordPiece (default); with --learn-spm, train a case-folding "
+        "SentencePiece model")
     arg("--no-lower-case", dest="do_lower_case", action="store_false",
         help="keep case (accents are then kept too, as in BERT)")
     arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=True, help="strip accents when lowercasing (default)")
     arg("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
+
+
+def _add_output_flags(arg) -> None:
+    """The shards: count, seed, shuffle memory, held-out share; --learn-vocab, --overwrite and
+    the runner."""
     arg("--num-out-files", type=int, help=f"train shards (default: one per "
         f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
         f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
@@ -111,14 +135,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "(default: %(default)s)")
     arg("--learn-vocab", type=int, metavar="SIZE", help="learn a WordPiece vocab of SIZE tokens "
         "from the corpus ([PAD]=0, [UNK]=100, [CLS]=101, [SEP]=102, [MASK]=103 when SIZE allows)")
+    arg("--learn-spm", type=int, metavar="SIZE", help="train a SentencePiece (Unigram) model "
+        "of at most SIZE pieces on the corpus (sentencepiece package; deterministic) and build "
+        "with it: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4, NFKC normalisation, case-folded "
+        "unless --no-lower-case, accents kept")
     arg("--overwrite", action="store_true", help="replace the dataset in --output-dir (its "
-        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab")
+        "manifest and shards; other files are kept), and an existing vocab with --learn-vocab or "
+        "SentencePiece model with --learn-spm")
     arg("--runner", default=LOCAL_RUNNER, help="local: this machine's processes "
         "(--num-processes); or an Apache Beam runner (DirectRunner, DataflowRunner, SparkRunner, "
         "FlinkRunner, ...) building the same shards with Beam (needs the [beam] extra); any "
         "further flags are Beam pipeline options, passed through (default: %(default)s)")
-    console.add_verbosity_flags(p)
-    return p
 
 
 def parse_args(argv, prog: str = PROG):

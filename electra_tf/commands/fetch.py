@@ -20,8 +20,9 @@ import sys
 
 from electra_tf import console
 from electra_tf.cli import run_cli
-from electra_tf.sources.fetch import (DEFAULT_CORPUS, OFFLINE_ENV, FetchError, corpus_names,
-                                      default_cache_dir, fetch_default_data, load_sources)
+from electra_tf.sources.downloads import OFFLINE_ENV, FetchError, default_cache_dir
+from electra_tf.sources.fetch import fetch_default_data
+from electra_tf.sources.source_list import DEFAULT_CORPUS, corpus_names, load_sources
 
 PROG = "electra-fetch"
 

@@ -1,7 +1,9 @@
 """Pretrain an ELECTRA model: `electra-pretrain --model-size small` (or `python run_pretraining.py`).
 
-Reads DATA_DIR/pretrain_tfrecords/ and DATA_DIR/vocab.txt (written by electra-build-dataset,
-whose manifest.json must match the vocab and max_seq_length) and writes checkpoints, TensorBoard
+Reads DATA_DIR/pretrain_tfrecords/ and DATA_DIR/vocab.txt (or DATA_DIR/spm.model, the
+SentencePiece model --learn-spm writes, when there is no vocab.txt; the vocab_file hparam names
+either) (written by electra-build-dataset, whose manifest.json must match the vocabulary's
+checksum and max_seq_length) and writes checkpoints, TensorBoard
 events, eval_results.txt and SavedModels (export/discriminator/STEP, export/generator/STEP) to
 DATA_DIR/models/MODEL_NAME/. Re-running the same command resumes from the latest checkpoint;
 nothing is ever deleted without --overwrite (not even in debug mode). On SIGTERM (a preemptible

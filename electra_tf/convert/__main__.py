@@ -6,6 +6,7 @@ Subcommands:
   to-hf         model directory -> Hugging Face transformers directory (safetensors)
   to-keras-hub  model directory -> keras-hub ElectraBackbone preset
   to-google     model directory -> Google's TF1 checkpoint (official variable names)
+  to-onnx       model directory (the discriminator) or fine-tuned SavedModel -> one .onnx file
 
 Examples:
   python -m electra_tf.convert from-google --checkpoint electra_small/electra_small \\
@@ -16,6 +17,10 @@ Examples:
       --output-dir hf_small_generator --part generator
   python -m electra_tf.convert to-keras-hub --model-dir pretrain_data/models/electra_small --output-dir kh_small
   python -m electra_tf.convert to-google --model-dir pretrain_data/models/electra_small --output-dir tf1_small
+  python -m electra_tf.convert to-onnx --model-dir pretrain_data/models/electra_small \\
+      --output electra_small_discriminator.onnx
+  python -m electra_tf.convert to-onnx --model-dir \\
+      pretrain_data/models/electra_small/finetuning_models/sst_model_1 --output sst.onnx
 
 See docs/conversion.md for the name mapping, the continued-pretraining learning rate and the
 measured numerical parity.
@@ -32,6 +37,7 @@ from electra_tf.cli import run_cli
 PROG = "python -m electra_tf.convert"
 INSTALLED_PROG = "electra-convert"  # the console script
 PARTS = ("discriminator", "generator")
+DEFAULT_OPSET = 17  # electra_tf.convert.onnx_export.DEFAULT_OPSET (not imported: --help stays fast)
 
 
 def _add_common_export(parser: argparse.ArgumentParser, with_part: bool) -> None:
@@ -108,6 +114,38 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                                    "(model.ckpt-STEP, checkpoint, vocab.txt), for the official code "
                                    "and every tool that reads it.")
     _add_common_export(p, with_part=False)
+
+    p = sub.add_parser(
+        "to-onnx", formatter_class=formatter,
+        help="export the discriminator or a fine-tuned model to ONNX",
+        description="Write a token-id serving signature as one ONNX file (tf2onnx; needs the [onnx] "
+                    "extra: pip install 'electra-tf[onnx]'). Inputs: int32 input_ids, input_mask, "
+                    "segment_ids [batch, sequence] (and labeled_positions [batch, words] for "
+                    "tagging), both axes dynamic; outputs named as the SavedModel's:\n"
+                    "  pretraining run directory or export/discriminator/STEP: serving_default -> "
+                    "replaced_probs, sequence_output\n"
+                    "  fine-tuned SavedModel (<tasks>_model_<trial>): <task>_ids -> classification "
+                    "probabilities, logits, label_ids, labels; regression predictions, scores; "
+                    "question answering start_logits, end_logits or the beam, answerable_logit; "
+                    "tagging tag_ids, tags\n"
+                    "Raw-text signatures are not exported (their tokenizer is a tensorflow-text "
+                    "op): tokenize with the model's vocab.txt (to-hf writes tokenizer.json). "
+                    "Outputs equal the SavedModel's within 1e-4 in onnxruntime (docs/conversion.md).")
+    p.add_argument("--model-dir", required=True,
+                   help="a pretraining run directory (DATA_DIR/models/NAME: its discriminator from "
+                        "a checkpoint), an exported discriminator SavedModel (export/discriminator: "
+                        "its newest version), or a fine-tuned "
+                        "model's SavedModel directory (DATA_DIR/models/NAME/finetuning_models/<tasks>_model_<trial>)")
+    p.add_argument("--output", required=True, help="the .onnx file to write")
+    p.add_argument("--task", default=None,
+                   help="the task to export from a multi-task fine-tuned model (default: its only "
+                        "task)")
+    p.add_argument("--checkpoint", default=None,
+                   help="for a run directory: checkpoint prefix to read (default: the latest, else "
+                        "its init_checkpoint/ from from-google)")
+    p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
+                   help="ONNX opset to write, 13 to 18 (default: %(default)s)")
+    p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     return parser
 
 
@@ -129,6 +167,11 @@ def run(args: argparse.Namespace) -> None:
 
         export_keras_hub(args.model_dir, args.output_dir, part=args.part, checkpoint=args.checkpoint,
                          overwrite=args.overwrite)
+    elif args.command == "to-onnx":
+        from electra_tf.convert.onnx_export import export_onnx
+
+        export_onnx(args.model_dir, args.output, task=args.task, checkpoint=args.checkpoint,
+                    opset=args.opset, overwrite=args.overwrite)
     else:
         from electra_tf.convert.google import export_google_checkpoint
 

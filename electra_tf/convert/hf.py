@@ -41,6 +41,7 @@ from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.training import run_dir
+from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.vocab import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
 
 logger = logging.getLogger("electra_tf")
@@ -50,10 +51,12 @@ HF_ARCHITECTURES = {"discriminator": "ElectraForPreTraining", "generator": "Elec
 WEIGHTS_NAME = "model.safetensors"  # transformers' file names
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
+# A SentencePiece vocabulary's model, copied in place of vocab.txt (tokenizer.json is what reads).
+SPM_MODEL_NAME = "spm.model"
 TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_NAME = "special_tokens_map.json"
-OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, TOKENIZER_CONFIG_NAME, SPECIAL_TOKENS_MAP_NAME,
-           TOKENIZER_JSON_NAME, README_NAME)
+OUTPUTS = (WEIGHTS_NAME, CONFIG_NAME, VOCAB_NAME, SPM_MODEL_NAME, TOKENIZER_CONFIG_NAME,
+           SPECIAL_TOKENS_MAP_NAME, TOKENIZER_JSON_NAME, README_NAME)
 # transformers refuses safetensors files whose metadata does not name a known framework.
 SAFETENSORS_METADATA = {"format": "pt"}
 # Official LayerNorm epsilon (spec 7), written explicitly into the HF config.
@@ -184,6 +187,18 @@ def tokenizer_files(do_lower_case: bool, strip_accents: bool, model_max_length: 
     return {TOKENIZER_CONFIG_NAME: config, SPECIAL_TOKENS_MAP_NAME: special}
 
 
+def spm_tokenizer_files(vocab, model_max_length: int) -> Dict[str, dict]:
+    """tokenizer_config.json and special_tokens_map.json for a SentencePiece vocabulary: the fast
+    tokenizer (`PreTrainedTokenizerFast`, reading tokenizer.json), special tokens named by the
+    model's pieces."""
+    from electra_tf.convert.hf_spm_tokenizer import special_token_names
+
+    special = special_token_names(vocab)
+    config = dict(special, tokenizer_class="PreTrainedTokenizerFast",
+                  model_max_length=model_max_length, clean_up_tokenization_spaces=False)
+    return {TOKENIZER_CONFIG_NAME: config, SPECIAL_TOKENS_MAP_NAME: special}
+
+
 def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
               checkpoint: Optional[str] = None, overwrite: bool = False) -> str:
     """Writes one network of a model directory as a transformers model directory.
@@ -217,10 +232,15 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
         save_file(state, tmp, metadata=SAFETENSORS_METADATA)
     atomic.write_json(os.path.join(output_dir, CONFIG_NAME), config, sort_keys=True)
     settings = run_dir.tokenization_settings(loaded.config, model_dir)
-    for name, value in tokenizer_files(settings.do_lower_case, settings.strip_accents,
-                                       model_config.max_position_embeddings).items():
+    if loaded.vocab.kind == SENTENCEPIECE:
+        files = spm_tokenizer_files(loaded.vocab, model_config.max_position_embeddings)
+    else:
+        files = tokenizer_files(settings.do_lower_case, settings.strip_accents,
+                                model_config.max_position_embeddings)
+    for name, value in files.items():
         atomic.write_json(os.path.join(output_dir, name), value, sort_keys=True)
-    atomic.copy_file(loaded.vocab.path, os.path.join(output_dir, VOCAB_NAME))
+    atomic.copy_file(loaded.vocab.path, os.path.join(
+        output_dir, SPM_MODEL_NAME if loaded.vocab.kind == SENTENCEPIECE else VOCAB_NAME))
     write_tokenizer_json(os.path.join(output_dir, TOKENIZER_JSON_NAME), loaded.vocab,
                          settings.do_lower_case, settings.strip_accents)
     atomic.write_text(os.path.join(output_dir, README_NAME), model_card(

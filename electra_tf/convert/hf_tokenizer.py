@@ -17,13 +17,18 @@ electra-tf's) tokenizer splits it into `[`, `mask`, `]`.
 from __future__ import annotations
 
 from electra_tf.data.tokenization import MAX_INPUT_CHARS_PER_WORD, SUFFIX_INDICATOR
-from electra_tf.vocab import Vocab
+from electra_tf.vocab import WORDPIECE, Vocab
 
 TOKENIZER_JSON_NAME = "tokenizer.json"
 
 
 def build_tokenizer(vocab: Vocab, do_lower_case: bool, strip_accents: bool):
-    """A `tokenizers.Tokenizer` equal in ids to electra-tf's tokenizer of `vocab`."""
+    """A `tokenizers.Tokenizer` equal in ids to electra-tf's tokenizer of `vocab` (a SentencePiece
+    vocabulary's: `hf_spm_tokenizer`, which ignores `do_lower_case` / `strip_accents`)."""
+    if vocab.kind != WORDPIECE:
+        from electra_tf.convert.hf_spm_tokenizer import build_spm_tokenizer
+
+        return build_spm_tokenizer(vocab)
     from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                             processors)
 

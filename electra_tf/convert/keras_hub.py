@@ -142,6 +142,10 @@ def export_keras_hub(model_dir: str, output_dir: str, part: str = "discriminator
         raise ConversionError(f"--part must be one of {', '.join(PARTS)}, got {part!r}")
     prepare_output_dir(output_dir, OUTPUTS, overwrite, create=False)  # before the slow part
     loaded = load_model_dir(model_dir, checkpoint)
+    if loaded.vocab.kind != "wordpiece":  # keras-hub's ElectraTokenizer is WordPiece only
+        raise ConversionError(f"{model_dir} was trained with a SentencePiece model "
+                              f"({loaded.vocab.path}); keras-hub's ElectraTokenizer reads WordPiece "
+                              "vocabularies only: export it with to-hf instead")
     model = loaded.model
     if part == "discriminator":
         model_config = ModelConfig(**model.discriminator_config)

@@ -82,26 +82,10 @@ def model_card(part: str, architecture: str, hf_config: Mapping, loaded, model_d
         do_lower_case: bool. How the tokenizer normalises.
     """
     config = loaded.config
-    sizes = _table([
-        ("layers", hf_config["num_hidden_layers"]), ("hidden size", hf_config["hidden_size"]),
-        ("attention heads", hf_config["num_attention_heads"]),
-        ("intermediate size", hf_config["intermediate_size"]),
-        ("embedding size", hf_config["embedding_size"]), ("vocab size", hf_config["vocab_size"]),
-        ("max positions", hf_config["max_position_embeddings"]),
-        ("parameters", f"{num_parameters:,}")])
-    training = _table([
-        ("objective", "ELECTRA replaced-token detection (generator + discriminator)"
-         if config.electra_objective else "masked LM only"),
-        ("model_size", config.model_size), ("checkpoint step", f"{loaded.step:,} of "
-                                                             f"{config.num_train_steps:,}"),
-        ("train_batch_size", config.train_batch_size), ("learning_rate", config.learning_rate),
-        ("optimizer", config.optimizer), ("mask_prob", config.mask_prob),
-        ("generator_hidden_size", config.generator_hidden_size),
-        ("disc_weight", config.disc_weight), ("mixed_precision", _precision(config)),
-        ("seed", config.seed)])
-    results = _read_eval(model_dir)
-    metrics = (_table(sorted(results.items())) if results else
-               "Not evaluated (run with `\"do_eval\": true` to write `eval_results.txt`).\n")
+    tokenization = _tokenization(loaded, do_lower_case)
+    sizes = _sizes_table(hf_config, num_parameters)
+    training = _training_table(loaded)
+    metrics = _metrics_section(model_dir)
     usage_class = "ElectraForPreTraining" if part == "discriminator" else "ElectraForMaskedLM"
     return f"""---
 library_name: transformers
@@ -138,7 +122,49 @@ model = {usage_class}.from_pretrained("PATH")
 outputs = model(**tokenizer(["An example sentence."], return_tensors="pt"))
 ```
 
-Tokenization: BERT WordPiece, lowercasing {"on" if do_lower_case else "off"} as the training data was built;
+Tokenization: {tokenization};
 `tokenizer.json` gives the same ids as electra-tf's tokenizer. The training data's licences apply
 to this model.
 """
+
+
+def _tokenization(loaded, do_lower_case: bool) -> str:
+    """The card's tokenization line: SentencePiece or WordPiece, and how text is normalised."""
+    if getattr(loaded.vocab, "kind", "wordpiece") == "sentencepiece":
+        return ("SentencePiece (`spm.model`, its own normalisation), the BERT special tokens "
+                "mapped to its pieces")
+    return (f"BERT WordPiece, lowercasing {'on' if do_lower_case else 'off'} as the training "
+            "data was built")
+
+
+def _sizes_table(hf_config: Mapping, num_parameters: int) -> str:
+    """The card's "Model" table: the network's sizes, from the written config.json."""
+    return _table([
+        ("layers", hf_config["num_hidden_layers"]), ("hidden size", hf_config["hidden_size"]),
+        ("attention heads", hf_config["num_attention_heads"]),
+        ("intermediate size", hf_config["intermediate_size"]),
+        ("embedding size", hf_config["embedding_size"]), ("vocab size", hf_config["vocab_size"]),
+        ("max positions", hf_config["max_position_embeddings"]),
+        ("parameters", f"{num_parameters:,}")])
+
+
+def _training_table(loaded) -> str:
+    """The card's "Training" table: the run's objective and main hparams (`run_dir.LoadedRun`)."""
+    config = loaded.config
+    return _table([
+        ("objective", "ELECTRA replaced-token detection (generator + discriminator)"
+         if config.electra_objective else "masked LM only"),
+        ("model_size", config.model_size), ("checkpoint step", f"{loaded.step:,} of "
+                                                             f"{config.num_train_steps:,}"),
+        ("train_batch_size", config.train_batch_size), ("learning_rate", config.learning_rate),
+        ("optimizer", config.optimizer), ("mask_prob", config.mask_prob),
+        ("generator_hidden_size", config.generator_hidden_size),
+        ("disc_weight", config.disc_weight), ("mixed_precision", _precision(config)),
+        ("seed", config.seed)])
+
+
+def _metrics_section(model_dir: str) -> str:
+    """The card's held-out metrics: the run's eval_results.txt as a table, or a note."""
+    results = _read_eval(model_dir)
+    return (_table(sorted(results.items())) if results else
+            "Not evaluated (run with `\"do_eval\": true` to write `eval_results.txt`).\n")

@@ -217,7 +217,15 @@ def _prepare(gfile, config):
             raise BuildError("--learn-vocab reads a local corpus; learn the vocab from a local "
                              "copy and pass it with --vocab-file")
         local_builder.learn_corpus_vocab(config, files)
+    if config.learn_spm is not None:
+        if is_url(config.corpus_dir):
+            raise BuildError("--learn-spm reads a local corpus; train the model on a local "
+                             "copy and pass it with --spm-model")
+        local_builder.learn_corpus_spm(config, files)
     vocab = read_vocab(gfile, config.vocab_file)
+    if config.spm_model is not None and vocab.kind != "sentencepiece":
+        raise BuildError(f"--spm-model {config.spm_model} is not a SentencePiece model (a "
+                         "WordPiece vocab.txt goes to --vocab-file)")
     text_bytes = sum(estimated_text_bytes(f) for f in files)
     num_out = config.num_out_files or local_builder.default_num_out_files(text_bytes)
     plan = BeamPlan(num_out, local_builder.num_eval_files(num_out, config.eval_fraction),

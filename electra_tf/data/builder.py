@@ -66,6 +66,8 @@ from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
 from electra_tf.errors import is_utf8_path, shown_path
 from electra_tf.locking import DirectoryLock
 from electra_tf.progress import RateEta
+from electra_tf.data.spm_learning import SPECIAL_PIECES as SPM_SPECIAL_PIECES
+from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.vocab import load_vocab
 
 __all__ = ["BuildConfig", "BuildError", "build_dataset", "resolve_config", "format_command"]
@@ -97,6 +99,8 @@ PROGRESS_INTERVAL_SECONDS = 2.0
 RECORD_BYTES_PER_TEXT_BYTE = 1.25
 TASKS_PER_PROCESS = 8  # packing tasks per process: small enough to balance, large to amortise
 MAX_TASK_BYTES = 64 << 20
+# --learn-spm's default output, in DATA_DIR beside vocab.txt (the trainer looks there).
+SPM_MODEL_NAME = "spm.model"
 MAX_SHOWN_PROBLEMS = 3  # input problems named in a warning or error line
 
 
@@ -108,7 +112,10 @@ class BuildConfig:
         corpus_dir: directory of corpus files, read recursively (None: `pretrain_data/corpus`).
         vocab_file: vocab to read; with `learn_vocab`, where to write the learned vocab. None
             means `pretrain_data/vocab.txt` (read), or `<parent of output_dir>/vocab.txt`
-            (learned: the official DATA_DIR/vocab.txt layout).
+            (learned: the official DATA_DIR/vocab.txt layout). Once resolved, the vocabulary the
+            build tokenises with, either kind: with `spm_model` or `learn_spm`, the model's path.
+        spm_model: a SentencePiece model to tokenise with instead of a WordPiece vocab; with
+            `learn_spm`, where to write the learned model (None: `<parent of output_dir>/spm.model`).
         output_dir: where shards and manifest.json go (default `pretrain_data/pretrain_tfrecords`).
         max_seq_length: example length incl. [CLS]/[SEP] (official default 128).
         num_processes: worker processes.
@@ -121,6 +128,7 @@ class BuildConfig:
         overwrite: replace an existing dataset in output_dir (and an existing learned vocab).
         eval_fraction: share of the tokens held out into eval shards, in [0, 1) (`split`).
         learn_vocab: learn a WordPiece vocab of this size from the corpus instead of reading one.
+        learn_spm: train a SentencePiece model of this size on the corpus (`spm_learning`).
         input_format: "text", "openwebtext" or "jsonl" (see `formats`).
         jsonl_text_field: `jsonl` input: the key of a document's text.
         bad_input: "skip" (count and list input problems) or "error" (stop at the first).
@@ -142,6 +150,8 @@ class BuildConfig:
     overwrite: bool = False
     eval_fraction: float = DEFAULT_EVAL_FRACTION
     learn_vocab: Optional[int] = None
+    spm_model: Optional[str] = None
+    learn_spm: Optional[int] = None
     input_format: str = "text"
     jsonl_text_field: str = DEFAULT_JSONL_TEXT_FIELD
     bad_input: str = "skip"
@@ -179,6 +189,13 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
         raise BuildError(f"--seed must be >= 0, got {config.seed}")
     if config.learn_vocab is not None and config.learn_vocab < 1:
         raise BuildError(f"--learn-vocab must be a positive vocab size, got {config.learn_vocab}")
+    if config.learn_spm is not None and config.learn_spm <= len(SPM_SPECIAL_PIECES):
+        raise BuildError(f"--learn-spm must be a vocab size above {len(SPM_SPECIAL_PIECES)} (the "
+                         f"special tokens), got {config.learn_spm}")
+    sentencepiece = config.spm_model is not None or config.learn_spm is not None
+    if sentencepiece and (config.vocab_file is not None or config.learn_vocab is not None):
+        raise BuildError("--spm-model / --learn-spm (SentencePiece) and --vocab-file / "
+                         "--learn-vocab (WordPiece) exclude each other: give one vocabulary")
     if config.input_format not in INPUT_FORMATS:
         raise BuildError(f"--input-format must be one of {', '.join(INPUT_FORMATS)}, got "
                          f"{config.input_format!r}")
@@ -191,14 +208,14 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
         raise BuildError(f"--shuffle-memory-mb must be >= {MIN_SHUFFLE_MEMORY_MB}, got "
                          f"{config.shuffle_memory_mb}")
     corpus_dir = config.corpus_dir or DEFAULT_CORPUS_DIR
-    vocab_file = config.vocab_file
-    if vocab_file is None:
+    vocab_file, spm_model = config.vocab_file, config.spm_model
+    if sentencepiece:
+        if spm_model is None:  # learned: beside the tfrecords dir, where the trainer looks
+            spm_model = os.path.join(_data_dir(config.output_dir), SPM_MODEL_NAME)
+        vocab_file = spm_model
+    elif vocab_file is None:
         if config.learn_vocab is not None:  # official layout: DATA_DIR/vocab.txt
-            output_dir = os.path.normpath(config.output_dir)
-            data_dir = os.path.dirname(output_dir)
-            if not data_dir or os.path.basename(output_dir) in (".", ".."):
-                data_dir = os.path.dirname(os.path.abspath(output_dir))
-            vocab_file = os.path.join(data_dir, "vocab.txt")
+            vocab_file = os.path.join(_data_dir(config.output_dir), "vocab.txt")
         else:
             vocab_file = DEFAULT_VOCAB_FILE
     out, corpus = os.path.realpath(config.output_dir), os.path.realpath(corpus_dir)
@@ -212,7 +229,17 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
     if not is_utf8_path(config.output_dir):
         raise BuildError(f"--output-dir {shown_path(config.output_dir)}: TensorFlow writes and "
                          "reads only file names that are valid UTF-8; choose another directory")
-    return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file)
+    return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file,
+                               spm_model=spm_model)
+
+
+def _data_dir(output_dir: str) -> str:
+    """The parent of --output-dir (DATA_DIR in the official layout DATA_DIR/pretrain_tfrecords)."""
+    output_dir = os.path.normpath(output_dir)
+    data_dir = os.path.dirname(output_dir)
+    if not data_dir or os.path.basename(output_dir) in (".", ".."):
+        data_dir = os.path.dirname(os.path.abspath(output_dir))
+    return data_dir
 
 
 def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
@@ -240,6 +267,41 @@ def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None
                     do_lower_case=config.do_lower_case, strip_accents=config.strip_accents)
     except ValueError as e:  # e.g. a size too small for the specials and the alphabet
         raise BuildError(f"--learn-vocab {config.learn_vocab}: {e}") from e
+
+
+def learn_corpus_spm(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
+    """--learn-spm: trains a SentencePiece model on the corpus into `config.spm_model`."""
+    not_plain = next((f for f in files if is_compressed(f.path) or not is_plain_text(f.path)),
+                     None) if config.input_format == "text" else None
+    if config.input_format != "text" or not_plain is not None:
+        what = f" ({shown_path(not_plain.path)} is not)" if not_plain is not None else ""
+        raise BuildError(f"--learn-spm reads uncompressed plain-text corpora only{what}; train "
+                         "the model on such a corpus and pass it with --spm-model")
+    if os.path.exists(config.spm_model) and not config.overwrite:
+        raise BuildError(
+            f"SentencePiece model {config.spm_model} exists; pass --overwrite to replace it with "
+            f"a learned one, or give another path with --spm-model")
+    from electra_tf.data.spm_learning import learn_spm
+
+    parent = os.path.dirname(config.spm_model)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    logger.info("training a SentencePiece model of %d pieces on %d files into %s",
+                config.learn_spm, len(files), config.spm_model)
+    try:
+        learn_spm([f.path for f in files], config.learn_spm, config.spm_model,
+                  do_lower_case=config.do_lower_case)
+    except ValueError as e:
+        raise BuildError(f"--learn-spm {config.learn_spm}: {e}") from e
+
+
+def load_build_vocab(config: BuildConfig):
+    """The resolved config's vocabulary; `--spm-model` must name a SentencePiece model."""
+    vocab = load_vocab(config.vocab_file)
+    if config.spm_model is not None and vocab.kind != SENTENCEPIECE:
+        raise BuildError(f"--spm-model {config.spm_model} is not a SentencePiece model (a "
+                         "WordPiece vocab.txt goes to --vocab-file)")
+    return vocab
 
 
 class Plan(NamedTuple):
@@ -359,7 +421,9 @@ def _build(config: BuildConfig, started_at: datetime, start: float) -> dict:
         raise BuildError(f"corpus dir {shown_path(config.corpus_dir)} contains only empty files")
     if config.learn_vocab is not None:
         learn_corpus_vocab(config, files)
-    vocab = load_vocab(config.vocab_file)
+    if config.learn_spm is not None:
+        learn_corpus_spm(config, files)
+    vocab = load_build_vocab(config)
     plan = make_plan(config, files)
     spec = _worker_spec(config, vocab, plan)
     text_mb = sum(estimated_text_bytes(f) for f in files) / 1e6

@@ -24,7 +24,7 @@ import glob
 import logging
 import os
 import sys
-from typing import Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from electra_tf import atomic, locking
 from electra_tf.data import tfrecord_io
@@ -284,44 +284,76 @@ def validate_dataset(patterns: str, *, max_seq_length: int, vocab_sha256: str, v
         DataError: a mismatch, naming the manifest and both values; with `skip_bad_records`,
             no good record at all.
     """
+    files = _matched_files(patterns)
+    total, manifests, expected_counts = 0, [], {}
+    for directory in sorted({os.path.dirname(f) for f in files}):
+        matched = sorted(f for f in files if os.path.dirname(f) == directory)
+        manifest_path, counts = _check_directory(
+            directory, matched, split, max_seq_length=max_seq_length, vocab_sha256=vocab_sha256,
+            vocab_size=vocab_size, verify=verify, skip_bad_records=skip_bad_records)
+        if manifest_path is None:
+            total = None  # data built by another tool: its size is unknown
+            continue
+        manifests.append(manifest_path)
+        expected_counts.update(counts)
+        if total is not None:
+            total += sum(counts.values())
+    summary = {"num_examples": total, "manifests": manifests}
+    if skip_bad_records:
+        summary.update(_good_records_summary(files, patterns, split, max_seq_length,
+                                             expected_counts))
+    return summary
+
+
+def _matched_files(patterns: str) -> List[str]:
+    """`list_files(patterns)`; when nothing matches, a directory a builder is still writing is
+    named as such."""
     try:
-        files = list_files(patterns)
+        return list_files(patterns)
     except DataError:
         # A builder that has taken the directory but not yet written a file: say so, rather
         # than "no files match", which sends the user to build data that is being built.
         for directory in _literal_directories(patterns):
             _check_not_being_built(directory)
         raise
-    total, manifests, expected_counts = 0, [], {}
-    for directory in sorted({os.path.dirname(f) for f in files}):
-        matched = sorted(f for f in files if os.path.dirname(f) == directory)
-        _check_not_being_built(directory)
-        manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
-        if not os.path.exists(manifest_path):
-            _check_not_interrupted(directory)
-            total = None
-            if verify and not skip_bad_records:
-                verify_records(matched, max_seq_length=max_seq_length)
-            continue
-        counts = _check_manifest(manifest_path, matched, split, max_seq_length=max_seq_length,
-                                 vocab_sha256=vocab_sha256, vocab_size=vocab_size,
-                                 check_sizes=not skip_bad_records)
-        manifests.append(manifest_path)
-        expected_counts.update(counts)
-        if verify and not skip_bad_records:
-            verify_records(matched, max_seq_length=max_seq_length, expected_counts=counts)
-        if total is not None:
-            total += sum(counts.values())
-    summary = {"num_examples": total, "manifests": manifests}
-    if skip_bad_records:
-        plan = plan_good_records(files, max_seq_length=max_seq_length,
-                                 expected_counts=expected_counts)
-        if not plan["files"]:
-            raise DataError(f"no readable example in {patterns!r} ({split} data): "
-                            + "; ".join(plan["problems"][:3]))
-        summary.update(num_examples=plan["good_records"], record_plan=plan["files"],
-                       skipped_records=plan["skipped_records"], problems=plan["problems"])
-    return summary
+
+
+def _check_directory(directory: str, matched: List[str], split: str, *, max_seq_length: int,
+                     vocab_sha256: str, vocab_size: int, verify: bool,
+                     skip_bad_records: bool) -> Tuple[Optional[str], Dict[str, int]]:
+    """Checks one directory of matched shards (`validate_dataset`'s loop body).
+
+    Returns:
+        (its manifest's path, {shard path: example count}), or (None, {}) when the directory
+        has no manifest (then only parsed, with `verify`).
+    """
+    _check_not_being_built(directory)
+    manifest_path = os.path.join(directory, tfrecord_io.MANIFEST_NAME)
+    verify_each = verify and not skip_bad_records  # skip_bad_records reads every record anyway
+    if not os.path.exists(manifest_path):
+        _check_not_interrupted(directory)
+        if verify_each:
+            verify_records(matched, max_seq_length=max_seq_length)
+        return None, {}
+    counts = _check_manifest(manifest_path, matched, split, max_seq_length=max_seq_length,
+                             vocab_sha256=vocab_sha256, vocab_size=vocab_size,
+                             check_sizes=not skip_bad_records)
+    if verify_each:
+        verify_records(matched, max_seq_length=max_seq_length, expected_counts=counts)
+    return manifest_path, counts
+
+
+def _good_records_summary(files: List[str], patterns: str, split: str, max_seq_length: int,
+                          expected_counts: Dict[str, int]) -> dict:
+    """`validate_dataset`'s summary entries with `skip_bad_records`: the plan around damaged
+    records (`plan_good_records`), or a DataError when no record is readable."""
+    plan = plan_good_records(files, max_seq_length=max_seq_length,
+                             expected_counts=expected_counts)
+    if not plan["files"]:
+        raise DataError(f"no readable example in {patterns!r} ({split} data): "
+                        + "; ".join(plan["problems"][:3]))
+    return {"num_examples": plan["good_records"], "record_plan": plan["files"],
+            "skipped_records": plan["skipped_records"], "problems": plan["problems"]}
 
 
 def _literal_directories(patterns: str) -> List[str]:

@@ -1,9 +1,11 @@
 """The dataset manifest (`manifest.json`) the builder writes last: settings, counts, provenance.
 
 Readers (`tfrecord_io.read_manifest`, the trainer) need `format_version`, `max_seq_length`,
-`vocab` and `splits`; the rest documents the build. Format 2 (this builder) adds the global
-shuffle (`shuffle`), the input format and the input problems; format 1 data was written in
-corpus order (the trainer warns). `eval_split` (rule version 2 on, `split`) records how the
+`vocab` and `splits`; `vocab.sha256` is the checksum of the vocab file or SentencePiece model
+(`vocab.kind`: "wordpiece" or "sentencepiece"; a manifest without `kind` is WordPiece); the
+rest documents the build. Format 2 (this builder) adds the global shuffle (`shuffle`), the
+input format and the input problems; format 1 data was written in corpus order (the trainer
+warns). `eval_split` (rule version 2 on, `split`) records how the
 held-out documents were chosen and the share of the tokens they hold; a manifest without it
 held out a seeded draw of documents keyed by file name (rule version 1), which reads the same.
 """
@@ -107,7 +109,8 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "features": {name: ["int64", config.max_seq_length] for name in FEATURE_NAMES},
         "max_seq_length": config.max_seq_length,
         "vocab": {"path": config.vocab_file, "sha256": vocab.sha256, "size": vocab.size,
-                  "learned": config.learn_vocab is not None,
+                  "kind": vocab.kind,
+                  "learned": config.learn_vocab is not None or config.learn_spm is not None,
                   "special_ids": vocab.special._asdict()},
         "do_lower_case": config.do_lower_case,
         "strip_accents": config.strip_accents,

@@ -512,12 +512,32 @@ def decode_examples(records: Sequence[bytes], max_seq_length: int) -> Decoded:
         not such examples (missing or extra-typed features, other lengths, bad bytes).
     """
     n, length = len(records), max_seq_length
-    names = {name.encode(): i for i, name in enumerate(FEATURE_NAMES)}
     num_features = len(FEATURE_NAMES)
     features = np.zeros((n, num_features, length), np.int32)
     bad = np.zeros(n, bool)
     reasons: Dict[int, str] = {}
-    # The value runs of every good-looking record, in (record, feature) order.
+    pieces, owners = _value_runs(records, max_seq_length, bad, reasons)
+    counts = np.zeros(n * num_features, np.int64)
+    values = np.zeros(0, np.uint64)
+    if pieces:
+        values = _decode_varints(pieces, owners, counts, bad, reasons)
+    _check_counts(counts, length, bad, reasons)
+    if values.size:
+        # int64 -> int32 keeps the low 32 bits, as tf.cast does.
+        values = values.view(np.int32) if values.dtype == np.uint32 else values.astype(np.int32)
+        if bad.any():  # values are in (record, feature) order: keep the good records'
+            values = values[np.repeat(np.repeat(~bad, num_features), counts)]
+        features[~bad] = values.reshape(-1, num_features, length)
+    return Decoded(features, bad, reasons)
+
+
+def _value_runs(records: Sequence[bytes], max_seq_length: int, bad: np.ndarray,
+                reasons: Dict[int, str]) -> Tuple[List[bytes], List[int]]:
+    """The packed value runs of every record that looks like an example, in (record, feature)
+    order, and their owners (record * num_features + feature). Records that are not such
+    examples are marked in `bad` / `reasons` (in place) and give no run."""
+    names = {name.encode(): i for i, name in enumerate(FEATURE_NAMES)}
+    num_features = len(FEATURE_NAMES)
     pieces: List[bytes] = []
     owners: List[int] = []
     layout = _Layout(max_seq_length)
@@ -538,44 +558,58 @@ def decode_examples(records: Sequence[bytes], max_seq_length: int) -> Decoded:
                 if end > start:  # an empty packed run holds no value
                     pieces.append(record[start:end])
                     owners.append(i * num_features + k)
-    counts = np.zeros(n * num_features, np.int64)
-    values = np.zeros(0, np.uint64)
-    if pieces:
-        data = np.frombuffer(b"".join(pieces), np.uint8)
-        owner = np.asarray(owners, np.int64)
-        last = np.cumsum(np.fromiter((len(x) for x in pieces), np.int64, len(pieces))) - 1
-        terminal = data < 0x80
-        # A run must end with a varint's last byte; one that does not makes its record bad, and
-        # is cut there so that the next run's varints stay aligned.
-        for r in np.flatnonzero(~terminal[last]):
-            i = int(owner[r]) // num_features
-            bad[i], reasons[i] = True, "bad protobuf bytes: truncated varint"
-        terminal[last] = True
-        value_ends = np.flatnonzero(terminal)
-        value_starts = np.empty_like(value_ends)
-        value_starts[0] = 0
-        value_starts[1:] = value_ends[:-1] + 1
-        sizes = value_ends - value_starts + 1
-        per_run = np.diff(np.searchsorted(value_ends, last, side="right"), prepend=0)
-        np.add.at(counts, owner, per_run)
-        longest = int(sizes.max())
-        if longest > 10:
-            value_owner = np.repeat(owner, per_run)
-            for o in np.unique(value_owner[sizes > 10]):
-                i = int(o) // num_features
-                bad[i], reasons[i] = True, "bad protobuf bytes: varint too long"
-        # Byte k of every varint at once, shifted by 7k: byte 0 of all, then bytes 1 .. of the
-        # multi-byte ones (most values, all of input_mask and segment_ids, are one byte).
-        wide = np.uint32 if longest <= 4 else np.uint64
-        values = (data[value_starts] & 0x7F).astype(wide)
-        multi = np.flatnonzero(sizes > 1)
-        if multi.size:
-            starts, multi_sizes = value_starts[multi], sizes[multi]
-            acc = values[multi]
-            for k in range(1, min(longest, 10)):
-                byte = data[starts + np.minimum(k, multi_sizes - 1)] & 0x7F
-                acc |= np.where(multi_sizes > k, byte, 0).astype(wide) << wide(7 * k)
-            values[multi] = acc
+    return pieces, owners
+
+
+def _decode_varints(pieces: List[bytes], owners: List[int], counts: np.ndarray, bad: np.ndarray,
+                    reasons: Dict[int, str]) -> np.ndarray:
+    """The varints of the value runs, all at once: their values (uint32 or uint64, in run
+    order). Adds each run's value count to `counts[owner]`; marks records with a truncated or
+    over-long varint in `bad` / `reasons` (all in place)."""
+    num_features = len(FEATURE_NAMES)
+    data = np.frombuffer(b"".join(pieces), np.uint8)
+    owner = np.asarray(owners, np.int64)
+    last = np.cumsum(np.fromiter((len(x) for x in pieces), np.int64, len(pieces))) - 1
+    terminal = data < 0x80
+    # A run must end with a varint's last byte; one that does not makes its record bad, and
+    # is cut there so that the next run's varints stay aligned.
+    for r in np.flatnonzero(~terminal[last]):
+        i = int(owner[r]) // num_features
+        bad[i], reasons[i] = True, "bad protobuf bytes: truncated varint"
+    terminal[last] = True
+    value_ends = np.flatnonzero(terminal)
+    value_starts = np.empty_like(value_ends)
+    value_starts[0] = 0
+    value_starts[1:] = value_ends[:-1] + 1
+    sizes = value_ends - value_starts + 1
+    per_run = np.diff(np.searchsorted(value_ends, last, side="right"), prepend=0)
+    np.add.at(counts, owner, per_run)
+    longest = int(sizes.max())
+    if longest > 10:
+        value_owner = np.repeat(owner, per_run)
+        for o in np.unique(value_owner[sizes > 10]):
+            i = int(o) // num_features
+            bad[i], reasons[i] = True, "bad protobuf bytes: varint too long"
+    # Byte k of every varint at once, shifted by 7k: byte 0 of all, then bytes 1 .. of the
+    # multi-byte ones (most values, all of input_mask and segment_ids, are one byte).
+    wide = np.uint32 if longest <= 4 else np.uint64
+    values = (data[value_starts] & 0x7F).astype(wide)
+    multi = np.flatnonzero(sizes > 1)
+    if multi.size:
+        starts, multi_sizes = value_starts[multi], sizes[multi]
+        acc = values[multi]
+        for k in range(1, min(longest, 10)):
+            byte = data[starts + np.minimum(k, multi_sizes - 1)] & 0x7F
+            acc |= np.where(multi_sizes > k, byte, 0).astype(wide) << wide(7 * k)
+        values[multi] = acc
+    return values
+
+
+def _check_counts(counts: np.ndarray, length: int, bad: np.ndarray,
+                  reasons: Dict[int, str]) -> None:
+    """Marks (in place) each record with a feature of other than `length` values."""
+    num_features = len(FEATURE_NAMES)
+    n = len(bad)
     wrong = (counts.reshape(n, num_features) != length) & ~bad[:, None]
     for i, k in zip(*np.nonzero(wrong)):
         i = int(i)
@@ -583,13 +617,6 @@ def decode_examples(records: Sequence[bytes], max_seq_length: int) -> Decoded:
             bad[i] = True
             reasons[i] = (f"feature {FEATURE_NAMES[k]} has {counts[i * num_features + k]} "
                           f"values, not {length}")
-    if values.size:
-        # int64 -> int32 keeps the low 32 bits, as tf.cast does.
-        values = values.view(np.int32) if values.dtype == np.uint32 else values.astype(np.int32)
-        if bad.any():  # values are in (record, feature) order: keep the good records'
-            values = values[np.repeat(np.repeat(~bad, num_features), counts)]
-        features[~bad] = values.reshape(-1, num_features, length)
-    return Decoded(features, bad, reasons)
 
 
 def parse_error(path: str, index: int, max_seq_length: int) -> str:

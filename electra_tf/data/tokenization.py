@@ -74,7 +74,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.vocab import UNK_TOKEN, Vocab
+from electra_tf.vocab import UNK_TOKEN, WORDPIECE, Vocab
 
 logger = logging.getLogger(__name__)
 
@@ -259,6 +259,22 @@ def _patch_rows(strings: tf.Tensor, needs_patch: tf.Tensor,
         [tf.gather(strings, keep_rows), patch(tf.gather(strings, patch_rows))])
 
 
+def drop_invalid_utf8(strings: tf.Tensor) -> tf.Tensor:
+    """Drops the bytes that are not UTF-8 (as BERT's errors="ignore" decoding does).
+
+    Transcoding is slow: only rows that are not valid UTF-8 pay for it.
+
+    Args:
+        strings: tf.string [batch].
+
+    Returns:
+        tf.string [batch].
+    """
+    return _patch_rows(
+        strings, tf.logical_not(tf.strings.regex_full_match(strings, _VALID_UTF8)),
+        lambda rows: tf.strings.unicode_transcode(rows, "UTF-8", "UTF-8", errors="ignore"))
+
+
 class GraphBasicTokenizer(tf.Module):
     """BERT's BasicTokenizer as TensorFlow ops (steps 1-5 of the module docstring).
 
@@ -294,10 +310,7 @@ class GraphBasicTokenizer(tf.Module):
         return tf.strings.lower(strings, encoding="utf-8")
 
     def _normalize(self, strings: tf.Tensor) -> tf.Tensor:
-        # ICU transcoding is slow: only rows that are not valid UTF-8 pay for it.
-        strings = _patch_rows(
-            strings, tf.logical_not(tf.strings.regex_full_match(strings, _VALID_UTF8)),
-            lambda rows: tf.strings.unicode_transcode(rows, "UTF-8", "UTF-8", errors="ignore"))
+        strings = drop_invalid_utf8(strings)
         strings = tf.strings.regex_replace(strings, self._deleted, "")
         strings = tf.strings.regex_replace(strings, self._whitespace, " ")
         if self.do_lower_case:
@@ -438,20 +451,32 @@ class GraphFullTokenizer(tf.Module):
 
 
 class Tokenizer:
-    """BERT FullTokenizer-equivalent tokenizer over a `Vocab`.
+    """The tokenizer of a `Vocab`: BERT's FullTokenizer for WordPiece, the model's SentencePiece.
 
     Args:
         vocab: electra_tf.vocab.Vocab.
-        do_lower_case: bool. Lowercase the text (official default True).
+        do_lower_case: bool. Lowercase the text (official default True). WordPiece only: a
+            SentencePiece model normalises text its own way (stored in the model), and the
+            tokenizer's `do_lower_case` / `strip_accents` are then False.
         strip_accents: bool. Strip accents; only effective with `do_lower_case` (official quirk).
+            WordPiece only.
     """
 
     def __init__(self, vocab: Vocab, do_lower_case: bool = True, strip_accents: bool = True):
         self.vocab = vocab
         self.do_lower_case = do_lower_case
         self.strip_accents = strip_accents
-        self._graph = GraphFullTokenizer(vocab.tokens, unk_token=vocab.tokens[vocab.special.unk_id],
-                                         do_lower_case=do_lower_case, strip_accents=strip_accents)
+        if vocab.kind == WORDPIECE:
+            self._graph = GraphFullTokenizer(
+                vocab.tokens, unk_token=vocab.tokens[vocab.special.unk_id],
+                do_lower_case=do_lower_case, strip_accents=strip_accents)
+        else:
+            from electra_tf.data.spm_tokenization import GraphSentencePieceTokenizer  # imports this
+
+            self._graph = GraphSentencePieceTokenizer(vocab.model)
+            # Nothing is lowercased or stripped before the model (it normalises itself): word
+            # splitters keyed on these (QA's BasicTokenizer words) must not do it either.
+            self.do_lower_case = self.strip_accents = False
         self._tokenize = self._graph.tokenize.get_concrete_function()
 
     def _to_tensor(self, texts: Sequence) -> tf.Tensor:
@@ -485,10 +510,10 @@ class Tokenizer:
         return ids.tolist()
 
     def wordpieces(self, text: str) -> List[str]:
-        """WordPiece token strings of one text."""
+        """Token strings (WordPieces or SentencePiece pieces) of one text."""
         return [self.vocab.tokens[i] for i in self.encode(text)]
 
-    def graph_tokenizer(self) -> GraphFullTokenizer:
+    def graph_tokenizer(self) -> tf.Module:
         """The `tf.Module` whose `tokenize(tf.string [batch]) -> tf.RaggedTensor int32
         [batch, (tokens)]` this tokenizer runs; usable inside tf.function and SavedModels."""
         return self._graph

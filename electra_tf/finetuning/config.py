@@ -13,14 +13,16 @@ Step 3 is the official "update, apply defaults, update again" made explicit, as 
 
 Single-task defaults (official `configure_finetuning.py`, step 3): `rte`/`sts` train 10 epochs;
 a QA task (a name containing "squad" or "qa": squad, squadv1, newsqa, triviaqa, searchqa) uses
-max_seq_length 512, 2 epochs and no test outputs; `chunk` uses max_seq_length 256; anything else
-3 epochs. `naturalqs` contains neither substring and so keeps 128 / 3 epochs, as in the official
-code (QUIRK Q15: mirrored, with a warning). Runs with several tasks get none of these.
+max_seq_length 512, 2 epochs and no test outputs; `chunk` uses max_seq_length 256 (and so do
+electra-tf's `ner` and `pos`); anything else 3 epochs. `naturalqs` contains neither substring
+and so keeps 128 / 3 epochs, as in the official code (QUIRK Q15: mirrored, with a warning).
+Runs with several tasks get none of these.
 
 electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
 fix), `official_gpu_clip_norm` (the official CPU/GPU clip norm), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
-`do_export`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased` and
-`legacy_tagging_loss` (tagging). The TPU hparams are accepted under their official names so
+`do_export`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased`,
+`legacy_tagging_loss`, `tagging_label_column`, `tagging_scheme` and `tagging_entity_mode`
+(tagging). The TPU hparams are accepted under their official names so
 official hparam files load, and do nothing.
 """
 
@@ -55,6 +57,10 @@ TEN_EPOCH_TASKS = ("rte", "sts")
 # Official single-task defaults of QA tasks (names containing "squad" or "qa") and chunking.
 QA_PRESET = {"max_seq_length": 512, "num_train_epochs": 2.0, "write_test_outputs": False}
 CHUNK_PRESET = {"max_seq_length": 256, "num_train_epochs": 3.0}
+# chunk's, for electra-tf's tagging tasks too (sentences as long as chunking's).
+TAGGING_PRESET_TASKS = ("chunk", "ner", "pos")
+TAGGING_SCHEMES = ("BIO", "BIOES")
+ENTITY_MODES = ("default", "strict")
 DEBUG_PRESET = {
     "num_trials": 1,
     "iterations_per_loop": 1,
@@ -137,8 +143,13 @@ class FinetuningConfig:
     do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
     skip_bad_answers: bool = False  # QA train: skip (official) instead of refusing bad answers
     flush_last_sentence: bool = False  # tagging: keep a last sentence without a blank line after
-    tagging_cased: bool = False  # tagging: tokenize words as the model does (official: lowercase)
+    # tagging: tokenize words as the model does (true) or lower-cased and accent-stripped (false,
+    # official); null: false for chunk (official), true for ner and pos (case marks names).
+    tagging_cased: Optional[bool] = None
     legacy_tagging_loss: bool = False  # tagging: report the official doubled eval loss
+    tagging_label_column: int = -1  # tagging: the tag's field, 0-based (negative: from the end)
+    tagging_scheme: str = "BIO"  # ner: the files' tags, BIO (B-/I-/O) or BIOES (+ E-/S-)
+    tagging_entity_mode: str = "default"  # ner: entity rules, seqeval's default or strict
 
     # --- Paths (official names; derived from data_dir / model_name when None) ---
     raw_data_dir: Optional[str] = None  # DATA_DIR/finetuning_data; task files in raw_data_dir/<task>/
@@ -193,9 +204,10 @@ class FinetuningConfig:
         if config.init_checkpoint is None:
             derived["init_checkpoint"] = pretrained
         if config.vocab_file is None:
-            # Official: the pretrained model's vocab, else DATA_DIR/vocab.txt.
-            vocab = join(pretrained, run_dir.VOCAB_NAME)
-            derived["vocab_file"] = vocab if os.path.isfile(vocab) else join(data_dir, "vocab.txt")
+            # Official: the pretrained model's vocab (or SentencePiece model), else
+            # DATA_DIR/vocab.txt.
+            derived["vocab_file"] = (run_dir.find_vocab_copy(pretrained)
+                                     or join(data_dir, "vocab.txt"))
         if config.model_dir is None:
             derived["model_dir"] = join(pretrained, run_dir.FINETUNING_MODELS_DIR)
         if config.results_txt is None:
@@ -236,6 +248,12 @@ class FinetuningConfig:
         for key in ("max_query_length", "doc_stride", "n_best_size", "max_answer_length",
                     "beam_size"):
             need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
+        need(self.tagging_label_column != 0,
+             "tagging_label_column 0 is the word column; the tag is a later field (-1: the last)")
+        need(self.tagging_scheme in TAGGING_SCHEMES, f"tagging_scheme must be one of "
+             f"{', '.join(TAGGING_SCHEMES)}, got {self.tagging_scheme!r}")
+        need(self.tagging_entity_mode in ENTITY_MODES, f"tagging_entity_mode must be one of "
+             f"{', '.join(ENTITY_MODES)}, got {self.tagging_entity_mode!r}")
         need(self.answerable_weight >= 0,
              f"answerable_weight must be >= 0, got {self.answerable_weight}")
 
@@ -285,7 +303,7 @@ def single_task_presets(task_names) -> dict:
         return {"num_train_epochs": 10.0}
     if "squad" in task or "qa" in task:
         return dict(QA_PRESET)
-    if task == "chunk":
+    if task in TAGGING_PRESET_TASKS:
         return dict(CHUNK_PRESET)
     if task == "naturalqs":
         logger.warning("naturalqs gets no QA defaults (max_seq_length 128, 3 epochs), as in the "

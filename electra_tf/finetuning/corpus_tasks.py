@@ -22,21 +22,21 @@ trivial baseline the fine-tuned model must clearly beat.
 - `source` (a generic classification task, `text<TAB>label` TSV): which corpus a sentence comes
   from (the file name's prefix: austen, foldoc, lee, wiki). Baseline: the majority class.
 
-    python -m electra_tf.finetuning.corpus_tasks --output-dir DIR [--num-train 2000 --num-dev 500]
+    python -m electra_tf.commands.build_corpus_tasks --output-dir DIR [--num-train 2000 --num-dev 500]
 
 writes DIR/<task>/train.* and dev.* for each task; the same arguments give the same files.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
 import random
 import re
-import sys
 from typing import Dict, List, Sequence, Tuple
+
+from electra_tf.errors import ElectraError
 
 DEFAULT_CORPUS = os.path.join("pretrain_data", "corpus")
 TASKS = ("sts", "squadv1", "squad", "newsqa", "chunk", "source")
@@ -49,6 +49,12 @@ hers they them their theirs we us our ours you your yours i me my mine who whom 
 when where why how all any both each few more most other some such only own same too very just
 also
 """.split())
+
+
+class CorpusTaskError(ElectraError, ValueError):
+    """The corpus cannot give the tasks asked for (an unknown task, too few usable documents)."""
+
+
 _WORD = re.compile(r"^[A-Za-z]{4,}$")
 _NUMBER = re.compile(r"^[0-9][0-9,.]*$")
 
@@ -199,7 +205,7 @@ def qa_paragraphs(documents: Sequence[Sequence[str]], n: int, rng: random.Random
     """
     answerable, one_kind, asked, numbers = windows or _windows(documents)
     if not answerable or (unanswerable_fraction and not one_kind):
-        raise ValueError("the corpus has too few passages holding both a year and another number")
+        raise CorpusTaskError("the corpus has too few passages holding both a year and another number")
     paragraphs = []
     while len(paragraphs) < n:
         qid = f"q{len(paragraphs)}"
@@ -307,10 +313,10 @@ def build(output_dir: str, corpus_dir: str = DEFAULT_CORPUS, num_train: int = 20
     """
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
-        raise ValueError(f"unknown corpus task(s) {unknown}; choose from {', '.join(TASKS)}")
+        raise CorpusTaskError(f"unknown corpus task(s) {unknown}; choose from {', '.join(TASKS)}")
     documents = read_documents(corpus_dir, max_words=max_words)
     if len(documents) < 10:
-        raise ValueError(f"{corpus_dir}: only {len(documents)} documents with 3+ sentences of "
+        raise CorpusTaskError(f"{corpus_dir}: only {len(documents)} documents with 3+ sentences of "
                          "6-40 words; need at least 10")
     rng = random.Random(seed)
     rng.shuffle(documents)
@@ -346,29 +352,3 @@ def build(output_dir: str, corpus_dir: str = DEFAULT_CORPUS, num_train: int = 20
                     f.write("text\tlabel\n" + "".join(f"{t}\t{l}\n" for t, l in rows))
         out[task] = directory
     return out
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m electra_tf.finetuning.corpus_tasks",
-                                     description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output-dir", required=True, help="gets one directory per task")
-    parser.add_argument("--corpus-dir", default=DEFAULT_CORPUS, help="real text (default: %(default)s)")
-    parser.add_argument("--num-train", type=int, default=2000, help="examples per task (train)")
-    parser.add_argument("--num-dev", type=int, default=500, help="examples per task (dev)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of %(default)s")
-    args = parser.parse_args(argv)
-    try:
-        written = build(args.output_dir, args.corpus_dir, args.num_train, args.num_dev, args.seed,
-                        [t.strip() for t in args.tasks.split(",") if t.strip()])
-    except (OSError, ValueError) as e:
-        print(f"corpus_tasks: error: {e}", file=sys.stderr)
-        return 2
-    for task, directory in written.items():
-        print(f"{task}: {directory}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

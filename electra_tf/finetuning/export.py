@@ -7,14 +7,15 @@ is the first task's raw-text signature:
 |---|---|---|
 | classification | `text` [batch] (+ `text_b` for a pair task) -> `probabilities`, `logits`, `label_ids`, `labels` | the same outputs |
 | regression (sts) | `text`, `text_b` -> `predictions` ([0, 1], as trained), `scores` (x 5: the 0-5 scale) | the same |
-| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | - |
-| tagging (chunk) | `text` (words separated by whitespace) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged` | + `labeled_positions` -> `tag_ids` [batch, seq] |
+| question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | the head's `start_logits` [batch, seq]; with `joint_prediction` the beam's `start_top_log_probs`, `start_top_index` [batch, beam], `end_top_log_probs`, `end_top_index` [batch, beam, beam], else `end_logits`; with `answerable_classifier` `answerable_logit` [batch] (to decode outside TensorFlow, e.g. after the ONNX export) |
+| tagging (chunk, ner, pos) | `text` (chunk: words separated by whitespace; ner, pos: raw text) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged`; ner, pos: + `words`, `word_starts`, `word_ends` (character offsets); ner: + `entity_types`, `entity_starts`, `entity_ends`, `entity_texts`, `num_entities` | + `labeled_positions` -> `tag_ids` [batch, seq] |
 
 Text is tokenized and packed in-graph by the same code that built the training features
 (classification/regression: `encoding.TextEncoder`; QA: `qa/serving.py`; tagging:
 `tagging/serving.py`), padded to the longest sequence of the batch.
 
-`assets.extra/` holds `finetuning_config.json`, `vocab.txt` and `labels.json` ({task: label
+`assets.extra/` holds `finetuning_config.json`, `vocab.txt` (`spm.model` for a SentencePiece
+vocabulary) and `labels.json` ({task: label
 names} of the classification and tagging tasks). Loading needs TensorFlow and `import tensorflow_text` (for the tokenizer's ops).
 The export is written to a temporary directory and renamed into place.
 """
@@ -27,6 +28,7 @@ from typing import Callable, Dict, Mapping, Sequence
 import tensorflow as tf
 
 from electra_tf.finetuning.encoding import TextEncoder
+from electra_tf.training import run_dir
 from electra_tf.training.export import save_atomically
 
 CONFIG_FILE = "finetuning_config.json"
@@ -132,4 +134,5 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     if module.labels:
         texts[LABELS_FILE] = json.dumps(module.labels, indent=1, ensure_ascii=False)
     return save_atomically(module, module.signature_functions, target,
-                           extra_files={"vocab.txt": vocab_path}, extra_texts=texts)
+                           extra_files={run_dir.vocab_copy_name(vocab_path): vocab_path},
+                           extra_texts=texts)

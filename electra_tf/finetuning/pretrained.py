@@ -136,7 +136,7 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
 def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     extra = os.path.join(path, EXTRA_DIR)
     config_path = os.path.join(extra, run_dir.CONFIG_NAME)
-    vocab_path = os.path.join(extra, run_dir.VOCAB_NAME)
+    vocab_path = run_dir.find_vocab_copy(extra) or os.path.join(extra, run_dir.VOCAB_NAME)
     for needed in (config_path, vocab_path):
         if not os.path.isfile(needed):
             raise PretrainedError(f"init_checkpoint {path}: SavedModel lacks {needed} (export it "
@@ -150,7 +150,11 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     encoder = ElectraEncoder.from_model_config(bert, name=ENCODER_NAME)
     variables = os.path.join(path, "variables", "variables")
     try:
-        # `read` (not `restore`): no save_counter of our own to match against the export.
+        # Not `checkpoint_files.run_checkpoint`: these are an exported SavedModel's variables,
+        # whose object graph is the export's (export.DiscriminatorModule: the encoder under
+        # `encoder`), not a run's (the pretrainer under `model`); a run's checkpoints are read
+        # by `run_dir.load_run` (`_from_model_dir`). `read` (not `restore`): no save_counter of
+        # our own to match against the export.
         status = tf.train.Checkpoint(encoder=encoder).read(variables)
         status.expect_partial().assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as e:
@@ -159,6 +163,24 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     do_lower_case, strip_accents = _tokenization(pretraining, config)
     return Pretrained(bert.to_dict(), encoder.get_weights(), load_vocab(vocab_path), do_lower_case,
                       strip_accents, "saved_model", path, 0)
+
+
+def _check_sentencepiece_model(vocab_file: str, vocab: Vocab) -> None:
+    """A SentencePiece model given as the vocab (`--spm-model`) must be the one the starting
+    point was pretrained with: the ids mean nothing to it otherwise."""
+    if not vocab_file or not os.path.isfile(vocab_file):
+        return
+    with open(vocab_file, "rb") as f:
+        head = f.read(1)
+    from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
+
+    if not looks_like_sentencepiece(vocab_file, head):
+        return  # a derived vocab.txt: the starting point's own vocab is used, as before
+    given = load_vocab(vocab_file)
+    if given.sha256 != vocab.sha256:
+        raise PretrainedError(
+            f"--spm-model {vocab_file} (sha256 {given.sha256[:12]}...) is not the vocabulary the "
+            f"starting point was pretrained with ({vocab.path}, sha256 {vocab.sha256[:12]}...)")
 
 
 def load_pretrained(config: FinetuningConfig) -> Pretrained:
@@ -179,6 +201,7 @@ def load_pretrained(config: FinetuningConfig) -> Pretrained:
         raise PretrainedError(f"init_checkpoint {path}: does not exist (give a pretraining model "
                               "directory, a checkpoint prefix or an exported SavedModel, or set "
                               "random_init)")
+    _check_sentencepiece_model(config.vocab_file, pretrained.vocab)
     logger.info("fine-tuning from %s (%s, step %d): %d layers, hidden %d", pretrained.source,
                 pretrained.kind, pretrained.step, pretrained.encoder_config["num_hidden_layers"],
                 pretrained.encoder_config["hidden_size"])

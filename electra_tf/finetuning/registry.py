@@ -8,13 +8,15 @@
 | squadv1 | QA, SQuAD 1.1 | train/dev.json | exact_match, f1 |
 | newsqa, naturalqs, triviaqa, searchqa | QA, MRQA 2019 | train/dev.jsonl | exact_match, f1 |
 | chunk | tagging | train/dev(/test).txt (CoNLL-2000) | precision, recall, f1, loss |
+| ner, pos (electra-tf) | tagging | train/dev(/test).txt or .conll (any CoNLL-style) | ner: precision, recall, f1 (seqeval's), loss; pos: accuracy, loss |
 
 The official registry refuses any other name; electra-tf also accepts any other name as a
 generic classification task whose files are `train`/`dev`/`test` `.tsv`/`.csv` with a header
 (`classification/data.py`), and refuses it if that directory does not exist.
 
-A family is one folder whose package names its official tasks (`TASK_NAMES`) and builds one
-(`build_task(name, config, pretrained, tokenizer, text_encoder)`), plus its line in `FAMILIES`.
+A family is one folder whose package names its official tasks (`TASK_NAMES`), any electra-tf
+tasks of its own (`ADDED_TASK_NAMES`, optional) and builds one (`build_task(name, config,
+pretrained, tokenizer, text_encoder)`), plus its line in `FAMILIES`.
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ FAMILIES = {
 }
 OFFICIAL_TASKS = {name: family for family, package in FAMILIES.items()
                   for name in package.TASK_NAMES}
+# Official tasks plus electra-tf's own named tasks (ner, pos).
+NAMED_TASKS = {**OFFICIAL_TASKS, **{name: family for family, package in FAMILIES.items()
+                                    for name in getattr(package, "ADDED_TASK_NAMES", ())}}
 
 
 def task_family(name: str) -> str:
-    """The family of a task name (any name that is not official is a classification task)."""
-    return OFFICIAL_TASKS.get(canonical_task_name(name), CLASSIFICATION)
+    """The family of a task name (any name that is not a named task is a classification task)."""
+    return NAMED_TASKS.get(canonical_task_name(name), CLASSIFICATION)
 
 
 def build_task(name: str, config, pretrained, tokenizer, text_encoder) -> FinetuningTask:
@@ -75,7 +80,7 @@ def _check_generic(name: str, raw_data_dir: str) -> None:
                                 f"MRQA tasks are {', '.join(qa.MRQA_TASKS)} (rename the directory)")
         return
     raise DataFileError(
-        f"Unknown task {name!r}: not an official task ({', '.join(sorted(OFFICIAL_TASKS))}) "
+        f"Unknown task {name!r}: not a named task ({', '.join(sorted(NAMED_TASKS))}) "
         f"and no directory {directory} with a generic classification task's train/dev/test "
         ".tsv or .csv files")
 

@@ -157,14 +157,14 @@ class ElectraEmbeddings(keras.layers.Layer):
             return ops_kernels.norm_dropout(
                 out, ops.cast(norm.gamma, "float32"), ops.cast(norm.beta, "float32"),
                 norm.epsilon, ops_kernels.draw(self.dropout, ops.shape(out), out.dtype, training))
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, _, streams, clusters = kernel_settings.tensorflow_kernels()
         if kernel_settings.use_xla(training):  # LayerNorm + dropout as one compiled loop
-            return fused.norm_dropout(
+            return clusters.norm_dropout(
                 out, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
-                norm.epsilon, fused.draw_noise(self.dropout, tf.shape(out), out.dtype,
-                                               bool(training)))
+                norm.epsilon, streams.draw_noise(self.dropout, tf.shape(out), out.dtype,
+                                                 bool(training)))
         if kernel_settings.DROPOUT_RNG != "philox":
-            return fused.dropout(norm(out), self.dropout, bool(training))
+            return streams.dropout(norm(out), self.dropout, bool(training))
         return self.dropout(norm(out), training=training)
 
     def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):
@@ -279,15 +279,15 @@ class DisentangledEmbeddings(keras.layers.Layer):
             return ops_kernels.norm_dropout(
                 out, gamma, beta, epsilon,
                 ops_kernels.draw(block.dropout, ops.shape(out), out.dtype, training))
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, _, streams, clusters = kernel_settings.tensorflow_kernels()
         if kernel_settings.use_xla(training):
-            return fused.norm_dropout(out, gamma, beta, epsilon,
-                                      fused.draw_noise(block.dropout, tf.shape(out), out.dtype,
-                                                       bool(training)))
+            return clusters.norm_dropout(out, gamma, beta, epsilon,
+                                         streams.draw_noise(block.dropout, tf.shape(out),
+                                                            out.dtype, bool(training)))
         # keras' LayerNormalization computes ops.layer_normalization, then casts.
         normed = ops.cast(ops.layer_normalization(out, gamma, beta, -1, epsilon), dtype)
         if kernel_settings.DROPOUT_RNG != "philox":
-            return fused.dropout(normed, block.dropout, bool(training))
+            return streams.dropout(normed, block.dropout, bool(training))
         return block.dropout(normed, training=training)
 
     def compute_output_shape(self, input_ids_shape, segment_ids_shape=None):

@@ -41,11 +41,12 @@ Where keras-hub differs from the official code, and what this module does about 
 
 Backends and kernels (`kernel_settings.KERNELS`): `TransformerLayer` computes its block three ways,
 the same function each time. On TensorFlow, `_xla_call` (training calls, KERNELS "xla", the
-default) and `_fused_call` (inference, or KERNELS "tf") run fused.py's TensorFlow kernels, the
-speed path. JAX and PyTorch run `_ops_call`, the block in `keras.ops` (ops_kernels.py), which
-TensorFlow runs too with KERNELS "ops". keras-hub's own call would draw dropout from each
-backend's generator; `_ops_call` draws the hash stream from the same seed generators, so a block
-drops the same elements on every backend (tests/modeling/test_backend_parity.py).
+default: xla_clusters.py) and `_fused_call` (inference, or KERNELS "tf": fused.py) run
+TensorFlow kernels, the speed path. JAX and PyTorch run `_ops_call`, the block in `keras.ops`
+(ops_kernels.py), which TensorFlow runs too with KERNELS "ops". keras-hub's own call would draw
+dropout from each backend's generator; `_ops_call` draws the hash stream from the same seed
+generators, so a block drops the same elements on every backend
+(tests/modeling/test_backend_parity.py).
 
 Randomness: every keras Dropout layer owns a seed generator whose seed is drawn from Python's
 `random` when the layer is constructed, so call `keras.utils.set_random_seed(seed)` before building
@@ -155,7 +156,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         - LayerNorm with a hand-written gradient (`layer_norm`), in float32 as keras.
         Measured on ELECTRA-small (2-core CPU): see docs/benchmarks.md.
         """
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, _ = kernel_settings.tensorflow_kernels()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -185,20 +186,20 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
             scores = scores + tf.where(keep, tf.constant(0.0, dtype),
                                        tf.constant(masked_score, dtype))
         probs = tf.nn.softmax(scores, axis=-1)
-        probs = fused.dropout(probs, attention._dropout_layer, training)
+        probs = streams.dropout(probs, attention._dropout_layer, training)
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
         out = attention._output_dense
         attended = tf.nn.bias_add(tf.matmul(context, kernel(out, [heads * head_size, width])),
                                   bias(out))
-        attended = fused.dropout(attended, self._self_attention_dropout, training) + rows
+        attended = streams.dropout(attended, self._self_attention_dropout, training) + rows
         attended = fused.layer_norm(attended, self._self_attention_layer_norm, dtype)
         return tf.reshape(self._fused_feedforward(attended, dtype, training), shape)
 
     def _fused_feedforward(self, attended, dtype, training):
         """`_fused_call`'s feed-forward half on rows [B*L, H]: dense, GELU, dense, dropout,
         residual, LayerNorm."""
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, _ = kernel_settings.tensorflow_kernels()
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
 
         def bias(layer):
@@ -210,18 +211,19 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         elif inner.activation is not None:
             hidden = inner.activation(hidden)
         hidden = tf.nn.bias_add(tf.matmul(hidden, tf.cast(outer.kernel, dtype)), bias(outer))
-        hidden = fused.dropout(hidden, self._feedforward_dropout, training) + attended
+        hidden = streams.dropout(hidden, self._feedforward_dropout, training) + attended
         return fused.layer_norm(hidden, self._feedforward_layer_norm, dtype)
 
     def _xla_call(self, x, padding_mask, training):
         """The same block with the elementwise work between the matmuls in XLA clusters
-        (`fused.KERNELS` = "xla", training calls): the matmuls stay TensorFlow's (oneDNN on
-        CPU), and each stretch between two of them is one compiled loop forward and one backward
-        (see fused.py): QKV bias + head split + query scaling; mask + softmax + dropout;
-        bias + dropout + residual + LayerNorm (twice); bias + GELU. The four dense products go
-        through `fused.matmul`, whose input gradient follows `fused.DENSE_GRAD`.
+        (`kernel_settings.KERNELS` = "xla", training calls): the matmuls stay TensorFlow's (oneDNN
+        on CPU), and each stretch between two of them is one compiled loop forward and one
+        backward (see xla_clusters.py): QKV bias + head split + query scaling; mask + softmax +
+        dropout; bias + dropout + residual + LayerNorm (twice); bias + GELU. The four dense
+        products go through `fused.matmul`, whose input gradient follows
+        `kernel_settings.DENSE_GRAD`.
         """
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, clusters = kernel_settings.tensorflow_kernels()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -238,7 +240,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         projections = (attention._query_dense, attention._key_dense, attention._value_dense)
         qkv_kernel = tf.concat([kernel(p, [width, heads * head_size]) for p in projections], 1)
         qkv = tf.reshape(fused.matmul(rows, qkv_kernel), [shape[0], shape[1], -1])  # [B, L, 3H]
-        query, key, value = fused.split_heads(
+        query, key, value = clusters.split_heads(
             qkv, tf.concat([bias(p) for p in projections], 0), heads,
             float(attention._inverse_sqrt_key_dim))  # [B, heads, L, hs] each, query scaled
         scores = tf.matmul(query, key, transpose_b=True)  # [B, heads, L, L]
@@ -247,9 +249,9 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         else:
             keep = tf.cast(padding_mask, tf.bool)[:, tf.newaxis, tf.newaxis, :]
             mask_bias = tf.where(keep, 0.0, _MASKED_SCORE)  # [B, 1, 1, L] float32
-        probs = fused.attention_probs(
+        probs = clusters.attention_probs(
             scores, mask_bias,
-            fused.draw_noise(attention._dropout_layer, tf.shape(scores), dtype, training))
+            streams.draw_noise(attention._dropout_layer, tf.shape(scores), dtype, training))
         context = tf.matmul(probs, value)  # [B, heads, L, hs]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [-1, heads * head_size])
         out = attention._output_dense
@@ -259,7 +261,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
         hidden = fused.matmul(attended, tf.cast(inner.kernel, dtype))
         if inner.activation is keras.activations.gelu:
-            hidden = fused.bias_gelu(hidden, bias(inner))
+            hidden = clusters.bias_gelu(hidden, bias(inner))
         else:
             hidden = tf.nn.bias_add(hidden, tf.cast(inner.bias, dtype))
             if inner.activation is not None:
@@ -272,11 +274,11 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     @staticmethod
     def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
         """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
-        tf, fused = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, clusters = kernel_settings.tensorflow_kernels()
         h = fused.matmul(x, kernel)
-        return fused.bias_dropout_residual_norm(
+        return clusters.bias_dropout_residual_norm(
             h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
-            norm.epsilon, fused.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
+            norm.epsilon, streams.draw_noise(dropout_layer, tf.shape(h), h.dtype, training))
 
     def _ops_call(self, x, padding_mask, training):
         """`_fused_call`'s block in `keras.ops`, the forward pass of every backend (ops_kernels.py).

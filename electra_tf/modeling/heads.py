@@ -88,7 +88,7 @@ class GeneratorHead(keras.layers.Layer):
         shape = ops.shape(x)
         flat = ops.reshape(x, (-1, self.embedding_size))
         if kernel_settings.use_tensorflow_kernels():
-            tf, _ = kernel_settings.tensorflow_kernels()
+            tf, *_ = kernel_settings.tensorflow_kernels()
             # transpose_b lets the matmul read the table in place instead of materialising
             # table^T (TensorFlow's MatMul; the other backends' compilers fold the transpose).
             logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
@@ -124,7 +124,7 @@ class DiscriminatorHead(keras.layers.Layer):
 
     Call arguments:
         sequence_output: float tensor `[batch_size, seq_length, hidden_size]`.
-        training: bool. Only selects the kernels (TensorFlow's fused.py: XLA clusters in
+        training: bool. Only selects the kernels (TensorFlow's xla_clusters.py in
             training calls); the head has no dropout.
 
     Returns:
@@ -155,17 +155,17 @@ class DiscriminatorHead(keras.layers.Layer):
         dense = self.dense
         dtype = self.compute_dtype
         if kernel_settings.use_xla(training) and dense.activation is keras.activations.gelu:
-            # bias + GELU as one compiled loop after the matmul (TensorFlow's fused.py).
-            tf, fused = kernel_settings.tensorflow_kernels()
+            # bias + GELU as one compiled loop after the matmul (TensorFlow's xla_clusters.py).
+            tf, _, _, clusters = kernel_settings.tensorflow_kernels()
             shape = tf.shape(sequence_output)
             flat = tf.reshape(tf.cast(sequence_output, dtype), [-1, self.hidden_size])
-            hidden = fused.bias_gelu(tf.matmul(flat, tf.cast(dense.kernel, dtype)),
-                                     tf.cast(dense.bias, tf.float32))
+            hidden = clusters.bias_gelu(tf.matmul(flat, tf.cast(dense.kernel, dtype)),
+                                        tf.cast(dense.bias, tf.float32))
             hidden = tf.reshape(hidden, shape)
         elif kernel_settings.use_tensorflow_kernels():
             hidden = dense(sequence_output)
         else:
-            # keras.ops: bias + activation as fused.bias_gelu computes them (float32 GELU).
+            # keras.ops: bias + activation as xla_clusters.bias_gelu computes them (float32 GELU).
             hidden = ops_kernels.bias_activation(
                 ops.matmul(ops.cast(sequence_output, dtype), ops.cast(dense.kernel, dtype)),
                 ops.cast(dense.bias, "float32"), dense.activation)

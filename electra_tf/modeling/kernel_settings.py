@@ -8,13 +8,14 @@ environment variables for a whole process (e.g. a run_pretraining.py job).
 - `KERNELS`, how the transformer block, the embeddings' LayerNorm + dropout and the
   discriminator head compute their elementwise work:
     "xla" (default)  TensorFlow: op-by-op kernels in inference, XLA-compiled elementwise clusters
-                     in training calls (`fused.py`);
+                     in training calls (`xla_clusters.py`);
     "tf"             TensorFlow: op-by-op kernels with closed-form gradients (`fused.py`);
     "ops"            `keras.ops` (`ops_kernels.py`), the code every backend runs.
   JAX and PyTorch always run "ops" (the two others are TensorFlow kernels), so on TensorFlow
   "ops" exists to check the fast paths against the portable one.
 - `DROPOUT_RNG`: "hash" (default), a counter-based stream keyed by each Dropout layer's seed
-  generator, the same bits on every backend and device (`rng.dropout_bits`, `fused.hash_bits`);
+  generator, the same bits on every backend and device (`rng.dropout_bits`,
+  `dropout_streams.hash_bits`);
   "philox", the backend's own stream as `keras.layers.Dropout` draws it (on TensorFlow exactly
   keras' masks; on JAX and PyTorch their own generators, so other masks than TensorFlow's).
 - `SAMPLING_RNG`: the generator's Gumbel noise, "hash" (default) or "philox"
@@ -22,7 +23,8 @@ environment variables for a whole process (e.g. a run_pretraining.py job).
 - `DENSE_GRAD`: how TensorFlow's fused dense products compute their input gradient, "einsum"
   (default) or "matmul" (`fused.matmul`); the "ops" kernels leave it to the backend.
 
-This module needs no TensorFlow: JAX and PyTorch runs import it, never `fused.py`.
+This module needs no TensorFlow: JAX and PyTorch runs import it, never `fused.py`
+(nor dropout_streams.py or xla_clusters.py).
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ def kernel_options(kernels: Optional[str] = None, dropout_rng: Optional[str] = N
 
 
 def use_tensorflow_kernels() -> bool:
-    """Whether a call traced now runs TensorFlow's own kernels (`fused.py`): the TensorFlow
-    backend and KERNELS "tf" or "xla". False means the `keras.ops` kernels (`ops_kernels.py`)."""
+    """Whether a call traced now runs TensorFlow's own kernels (`fused.py`, `xla_clusters.py`):
+    the TensorFlow backend and KERNELS "tf" or "xla". False means the `keras.ops` kernels
+    (`ops_kernels.py`)."""
     return keras.backend.backend() == "tensorflow" and KERNELS != "ops"
 
 
@@ -115,9 +118,10 @@ def use_xla(training) -> bool:
 
 
 def tensorflow_kernels():
-    """(tensorflow, fused): TensorFlow and its kernel module, imported when a TensorFlow kernel
-    path is traced, so JAX and PyTorch runs never import them."""
+    """(tensorflow, fused, dropout_streams, xla_clusters): TensorFlow and its kernel modules
+    (op-by-op kernels, dropout draws, XLA clusters), imported when a TensorFlow kernel path is
+    traced, so JAX and PyTorch runs never import them."""
     import tensorflow as tf
 
-    from electra_tf.modeling import fused
-    return tf, fused
+    from electra_tf.modeling import dropout_streams, fused, xla_clusters
+    return tf, fused, dropout_streams, xla_clusters

@@ -1,8 +1,8 @@
 """The transformer's elementwise kernels in `keras.ops`: the code every Keras backend runs.
 
 JAX and PyTorch always run these (`kernel_settings.KERNELS` "ops"), and TensorFlow does when
-KERNELS is "ops"; TensorFlow's default kernels are fused.py's. The functions compute what
-fused.py's XLA clusters compute, with the same numerics:
+KERNELS is "ops"; TensorFlow's default kernels are fused.py's and xla_clusters.py's. The
+functions compute what the XLA clusters (xla_clusters.py) compute, with the same numerics:
 - every elementwise step (bias adds, GELU, mask + softmax, dropout, residual add, LayerNorm)
   in float32 whatever the compute dtype, rounded to the compute dtype once at the end, as the
   clusters do under mixed_bfloat16 / mixed_float16 (the matmuls stay in the compute dtype);
@@ -10,8 +10,8 @@ fused.py's XLA clusters compute, with the same numerics:
   padding mask as a -1e9 score bias, so float32 results equal TensorFlow's to float rounding;
 - dropout as x * mask with mask in {0, 1 / (1 - rate)}, the mask drawn from the Dropout layer's
   seed generator (advanced once per draw, as keras' Dropout does): with DROPOUT_RNG "hash" the
-  counter-based words of `rng.dropout_bits`, bit-identical to fused.py's on every backend, so a
-  model drops the same elements on TensorFlow, JAX and PyTorch.
+  counter-based words of `rng.dropout_bits`, bit-identical to dropout_streams.py's on every
+  backend, so a model drops the same elements on TensorFlow, JAX and PyTorch.
 Gradients are the backends' automatic ones.
 
 `draw` is the only function here with an effect (it advances a seed generator); the others are
@@ -58,7 +58,7 @@ def draw(layer: keras.layers.Dropout, shape, dtype, training) -> Optional[Draw]:
 
     Returns:
         The draw, or None when no dropout applies (not training, or rate 0): then the seed
-        generator is not advanced either (as fused.draw_noise).
+        generator is not advanced either (as dropout_streams.draw_noise).
     """
     rate = float(layer.rate)
     if not training or rate <= 0:
@@ -108,12 +108,13 @@ def layer_norm(x, gamma, beta, epsilon: float):
 
 
 def gelu(x):
-    """Exact GELU, x * Phi(x) with Phi from erf (the form of fused.py's clusters and keras')."""
+    """Exact GELU, x * Phi(x) with Phi from erf (the form of xla_clusters.py's and keras')."""
     return x * (0.5 + 0.5 * ops.erf(x * _SQRT_HALF))
 
 
 def bias_activation(h, bias, activation):
-    """activation(h + bias); the exact GELU in float32 (as fused.bias_gelu), others in h's dtype.
+    """activation(h + bias); the exact GELU in float32 (as xla_clusters.bias_gelu), others in
+    h's dtype.
 
     Args:
         h: [..., N] matmul output in the compute dtype.
@@ -140,7 +141,7 @@ def padding_bias(padding_mask):
 
 
 def attention_probs(scores, mask_bias, noise: Optional[Draw]):
-    """dropout(softmax(scores + mask_bias)), float32 math (as fused.attention_probs).
+    """dropout(softmax(scores + mask_bias)), float32 math (as xla_clusters.attention_probs).
 
     Args:
         scores: [B, heads, Lq, Lk] in the compute dtype.
@@ -158,7 +159,8 @@ def attention_probs(scores, mask_bias, noise: Optional[Draw]):
 
 def bias_dropout_residual_norm(h, bias, residual, gamma, beta, epsilon: float,
                                noise: Optional[Draw]):
-    """LayerNorm(dropout(h + bias) + residual), float32 math (as fused.bias_dropout_residual_norm).
+    """LayerNorm(dropout(h + bias) + residual), float32 math (as
+    xla_clusters.bias_dropout_residual_norm).
 
     Args:
         h: [rows, H] matmul output in the compute dtype.
@@ -175,7 +177,7 @@ def bias_dropout_residual_norm(h, bias, residual, gamma, beta, epsilon: float,
 
 
 def norm_dropout(x, gamma, beta, epsilon: float, noise: Optional[Draw]):
-    """dropout(LayerNorm(x)) over the last axis, float32 math (as fused.norm_dropout).
+    """dropout(LayerNorm(x)) over the last axis, float32 math (as xla_clusters.norm_dropout).
 
     Args:
         x: [..., E] in the compute dtype.

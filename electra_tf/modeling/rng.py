@@ -141,8 +141,8 @@ def unsigned(bits):
 
 
 # --- Dropout: the stream of the encoder's dropout masks ---------------------------------------
-# Keyed by a keras seed generator's state, as TensorFlow's fused kernels (`fused.hash_bits`)
-# compute it, so that every backend drops the same elements.
+# Keyed by a keras seed generator's state, as TensorFlow's fused kernels
+# (`dropout_streams.hash_bits`) compute it, so that every backend drops the same elements.
 _C_DROP_SEED = 0x27D4EB2F
 _C_DROP_ROW = 0x9E3779B9
 _C_DROP_COL = 0x85EBCA77
@@ -164,7 +164,7 @@ def dropout_bits(seed, shape):
 
     The tensor is viewed as rows x columns (columns: the last axis): row key fmix32(row * C1 +
     key), element fmix32(row key + column * C2), key = fmix32(fmix32(seed[0] + C0) + seed[1] *
-    C1). The same words as `fused.hash_bits` computes inside TensorFlow's XLA clusters.
+    C1). The same words as `dropout_streams.hash_bits` computes inside TensorFlow's XLA clusters.
 
     Args:
         seed: int32 [2], e.g. `keras_seed(layer.seed_generator)`.

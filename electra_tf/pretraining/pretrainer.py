@@ -257,6 +257,7 @@ class PretrainingModel(keras.Model):
     @classmethod
     def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
                                 vocab_tokens: Optional[Sequence[str]] = None,
+                                vocab_kind: str = "wordpiece",
                                 **kwargs) -> "PretrainingModel":
         """Builds the model the official way from a resolved `PretrainingConfig`.
 
@@ -265,11 +266,13 @@ class PretrainingModel(keras.Model):
             special_tokens: SpecialTokens of the vocab.
             vocab_tokens: the vocab's tokens; with `masking: whole_word` they define the words
                 (without them the model builds, but training calls fail).
+            vocab_kind: `Vocab.kind` of those tokens ("wordpiece" or "sentencepiece"): how
+                their words are marked (`whole_word.continuation_ids`).
             **kwargs: more constructor arguments.
         """
         continuation = None
         if masking.strategy_of(config.masking).needs_word_starts and vocab_tokens is not None:
-            continuation = whole_word.continuation_ids(vocab_tokens)
+            continuation = whole_word.continuation_ids(vocab_tokens, vocab_kind, special_tokens)
         kwargs.setdefault("masking_options", MaskingOptions(
             masking=config.masking, mask_prob=config.mask_prob,
             max_predictions_per_seq=config.max_predictions_per_seq,

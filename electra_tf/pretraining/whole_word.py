@@ -6,7 +6,9 @@ chosen word is masked together. The rule, per example (k = the official count
 max(1, min(N, round_half_even(n * mask_prob))), N = max_predictions_per_seq):
 
 1. Words: a word starts at a candidate token that is a word start (for a WordPiece vocab, a token
-   whose string does not begin with "##") or that follows a non-candidate, and runs through the
+   whose string does not begin with "##"; for a SentencePiece vocab, a piece that begins with
+   the word-start marker "▁", or with punctuation, a CJK ideograph or kana, which BERT makes
+   words of their own, or a special token) or that follows a non-candidate, and runs through the
    candidate continuation pieces after it. Candidates are as official: real tokens other than
    [CLS], [SEP] and [MASK].
 2. Budget: the words are visited in a uniformly random order (each example its own permutation,
@@ -31,6 +33,8 @@ word segmenter knows the words).
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Iterable, List, Sequence, Tuple
 
 import numpy as np
@@ -38,19 +42,55 @@ from keras import ops
 
 # WordPiece marks a piece that continues a word with this prefix ("play", "##ing").
 CONTINUATION_PREFIX = "##"
+# SentencePiece marks a piece that starts a word (follows a space) with this character
+# (sentencepiece_vocab.WORD_START_MARKER; repeated here: this module is free of TensorFlow).
+WORD_START_MARKER = "\u2581"
+# Characters that start a word of their own after a SentencePiece piece without the marker, as
+# in BERT's BasicTokenizer (tokenization.CJK_RANGES): CJK ideographs, plus Japanese kana, whose
+# text has no spaces either (else a whole sentence would be one word, too long to mask).
+_OWN_WORD_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2CEAF), (0xF900, 0xFAFF),
+                    (0x2F800, 0x2FA1F), (0x3040, 0x30FF))
 
 
-def continuation_ids(tokens: Sequence[str]) -> List[int]:
-    """Ids of the vocab's word-continuation pieces (tokens "##x"), in increasing order.
+# SentencePiece's byte-fallback pieces (<0x00>..<0xFF>): parts of the character they spell.
+_BYTE_PIECE = re.compile(r"<0x[0-9A-F]{2}>")
+
+
+def _starts_own_word(piece: str) -> bool:
+    if not piece:
+        return True
+    if _BYTE_PIECE.fullmatch(piece):
+        return False
+    cp = ord(piece[0])
+    return (unicodedata.category(piece[0]).startswith("P") or 33 <= cp <= 47 or 58 <= cp <= 64
+            or 91 <= cp <= 96 or 123 <= cp <= 126
+            or any(lo <= cp <= hi for lo, hi in _OWN_WORD_RANGES))
+
+
+def continuation_ids(tokens: Sequence[str], kind: str = "wordpiece",
+                     special_ids: Iterable[int] = ()) -> List[int]:
+    """Ids of the vocab's word-continuation pieces, in increasing order.
 
     Args:
         tokens: the vocab's token strings in id order (`Vocab.tokens`).
+        kind: `Vocab.kind`. "wordpiece": the tokens "##x". "sentencepiece": the pieces that do
+            not begin with the word-start marker "▁", punctuation, a CJK ideograph or kana
+            (byte-fallback pieces <0xNN> continue).
+        special_ids: ids that always start a word (SentencePiece: the vocab's `SpecialTokens`,
+            so that [UNK] does not join the word before it).
 
     Returns:
         list of int.
     """
-    return [i for i, token in enumerate(tokens)
-            if token.startswith(CONTINUATION_PREFIX) and len(token) > len(CONTINUATION_PREFIX)]
+    if kind == "wordpiece":
+        return [i for i, token in enumerate(tokens)
+                if token.startswith(CONTINUATION_PREFIX) and len(token) > len(CONTINUATION_PREFIX)]
+    if kind != "sentencepiece":
+        raise ValueError(f"unknown vocab kind {kind!r}")
+    special = set(int(i) for i in special_ids)
+    return [i for i, piece in enumerate(tokens)
+            if i not in special and not piece.startswith(WORD_START_MARKER)
+            and not _starts_own_word(piece)]
 
 
 def word_starts_from_ids(input_ids, continuation: Iterable[int]):

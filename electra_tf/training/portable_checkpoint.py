@@ -33,12 +33,13 @@ import numpy as np
 
 from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line, shown_path
+from electra_tf.training.checkpoint_files import CHECKPOINT_PREFIX
 
 logger = logging.getLogger("electra_tf")
 
 FORMAT = "electra-tf portable checkpoint 1"
 SUFFIX = ".npz"
-NAME_PATTERN = re.compile(r"^ckpt-(\d+)\.npz$")
+NAME_PATTERN = re.compile(rf"^{re.escape(CHECKPOINT_PREFIX)}-(\d+){re.escape(SUFFIX)}$")
 
 
 class Saved(NamedTuple):
@@ -57,8 +58,13 @@ class Saved(NamedTuple):
     data_key: Optional[str]
 
 
+def file_name(step: int) -> str:
+    """`ckpt-<step>.npz`: the TensorFlow checkpoints' prefix and step, this format's suffix."""
+    return f"{CHECKPOINT_PREFIX}-{step}{SUFFIX}"
+
+
 def path_for(directory: str, step: int) -> str:
-    return os.path.join(directory, f"ckpt-{step}{SUFFIX}")
+    return os.path.join(directory, file_name(step))
 
 
 def checkpoints(directory: str) -> List[str]:

@@ -202,7 +202,7 @@ class PortableTrainer(run_base.LockedRun):
         keras.mixed_precision.set_global_policy(self.precision.policy)
         keras.utils.set_random_seed(config.seed)  # weight init
         self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
-                                                               self.vocab.tokens)
+                                                               self.vocab.tokens, self.vocab.kind)
         self.model.build_from_sequence_length()
         self.optimizer, self.schedule = optimization.create_optimizer(
             config, config.optimizer, generator_variables=self.model.generator_variables())
@@ -255,7 +255,7 @@ class PortableTrainer(run_base.LockedRun):
             os.path.basename(found)).group(1))
         steps = [int(s) for s in hosts.gather_ints(self.hosts, [step + 1])[:, 0] - 1]
         if len(set(steps)) > 1:
-            seen = ", ".join(f"host {i}: {f'ckpt-{s}.npz' if s >= 0 else 'none'}"
+            seen = ", ".join(f"host {i}: {portable_checkpoint.file_name(s) if s >= 0 else 'none'}"
                              for i, s in enumerate(steps))
             raise TrainingError(
                 f"the hosts see different checkpoints in {self.config.model_dir} ({seen}): the "
@@ -426,7 +426,8 @@ class PortableTrainer(run_base.LockedRun):
         self.latest = path
 
     def _stop_preempted(self) -> None:
-        if self.latest is None or not self.latest.endswith(f"ckpt-{self.step}.npz"):
+        if (self.latest is None
+                or not self.latest.endswith(portable_checkpoint.file_name(self.step))):
             self._save()
         raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
                         f"saved {self.latest}. Rerun the same command to resume")

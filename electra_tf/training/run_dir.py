@@ -2,7 +2,8 @@
 
     MODEL_DIR/
       config.json              the resolved PretrainingConfig (before step 0, again on resume)
-      vocab.txt                the vocab the run started with (later runs must use the same)
+      vocab.txt                the vocab the run started with (later runs must use the same);
+                               spm.model instead for a SentencePiece model
       dataset_manifest.json    the training dataset's manifest: how its text was tokenised
       checkpoint, ckpt-N.*     the trainer's checkpoints (model, optimizer, RNG and data state)
       workers/worker_<i>/      a non-chief worker's own checkpoints (its data position)
@@ -41,6 +42,7 @@ logger = logging.getLogger("electra_tf")
 # --- Names ----------------------------------------------------------------------------------------
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.txt"
+SPM_MODEL_NAME = "spm.model"  # the copy of a SentencePiece vocabulary, in place of vocab.txt
 DATASET_MANIFEST_COPY = "dataset_manifest.json"
 EVAL_RESULTS_NAME = "eval_results.txt"
 EVAL_SUMMARY_DIR = "eval"
@@ -76,6 +78,28 @@ DEFAULT_STRIP_ACCENTS = True
 
 
 # --- Writing ---------------------------------------------------------------------------------------
+def vocab_copy_name(vocab_path: str) -> str:
+    """The name of a vocabulary's copy in a run or export: vocab.txt, or spm.model for a
+    SentencePiece model."""
+    from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
+
+    try:
+        with open(vocab_path, "rb") as f:
+            head = f.read(1)
+    except OSError:
+        head = b""
+    return SPM_MODEL_NAME if looks_like_sentencepiece(vocab_path, head) else VOCAB_NAME
+
+
+def find_vocab_copy(directory: str) -> Optional[str]:
+    """The vocabulary copy in `directory` (vocab.txt, else spm.model), or None."""
+    for name in (VOCAB_NAME, SPM_MODEL_NAME):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write: bool) -> None:
     """Checks an existing run in `config.model_dir` is compatible; creates/updates it if `write`.
 
@@ -86,7 +110,8 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
         TrainingError: the directory holds a run with other structural hparams or another vocab.
     """
     config_path = os.path.join(config.model_dir, CONFIG_NAME)
-    saved_vocab = os.path.join(config.model_dir, VOCAB_NAME)
+    saved_vocab = find_vocab_copy(config.model_dir) or os.path.join(
+        config.model_dir, vocab_copy_name(vocab_path))
     if os.path.exists(config_path):
         try:
             previous = PretrainingConfig.load(config_path)
@@ -357,7 +382,8 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
         return None
     found = portable_checkpoint.latest_good(checkpoint or model_dir)
     if found is None:
-        raise TrainingError(f"no checkpoint (ckpt-N.npz) in {checkpoint or model_dir}: train first "
+        name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{portable_checkpoint.SUFFIX}"
+        raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "
                             "or pass --checkpoint")
     return found
 
@@ -404,9 +430,9 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
         config = PretrainingConfig.load(config_path)
     except (ValueError, TypeError) as e:  # ConfigError, invalid JSON or UTF-8
         raise TrainingError(f"{config_path}: {e}") from None
-    vocab_path = os.path.join(model_dir, VOCAB_NAME)
-    vocab = load_vocab(vocab_path if os.path.isfile(vocab_path) else config.vocab_file)
-    model = ElectraPretrainer.from_pretraining_config(config, vocab.special)
+    vocab = load_vocab(find_vocab_copy(model_dir) or config.vocab_file)
+    model = ElectraPretrainer.from_pretraining_config(config, vocab.special, vocab.tokens,
+                                                      vocab.kind)
     model.build_from_sequence_length()
     portable = _portable_checkpoint_to_read(model_dir, checkpoint, config)
     if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)

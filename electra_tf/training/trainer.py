@@ -140,7 +140,7 @@ class Trainer(run_base.LockedRun):
         keras.utils.set_random_seed(config.seed)  # weight init and dropout
         with self.strategy.scope():
             self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
-                                                                   self.vocab.tokens)
+                                                                   self.vocab.tokens, self.vocab.kind)
             self.model.build_from_sequence_length()
             self.optimizer, self.schedule = optimization.create_optimizer(
                 config, config.optimizer, generator_variables=self.model.generator_variables())

@@ -11,7 +11,7 @@ from electra_tf.convert.__main__ import main
 
 from tests import convert_fixtures as cf
 
-COMMANDS = ("from-google", "to-hf", "to-keras-hub", "to-google")
+COMMANDS = ("from-google", "to-hf", "to-keras-hub", "to-google", "to-onnx")
 
 
 def test_module_help_lists_every_subcommand():
@@ -29,6 +29,8 @@ def test_module_help_lists_every_subcommand():
     ("to-hf", ("--model-dir", "--output-dir", "--part", "--checkpoint", "ElectraForMaskedLM")),
     ("to-keras-hub", ("--model-dir", "--output-dir", "tanh-approximate")),
     ("to-google", ("--model-dir", "--output-dir", "official variable names")),
+    ("to-onnx", ("--model-dir", "--output", "--task", "--checkpoint", "--opset", "default: 17",
+                 "--overwrite", "[onnx] extra", "dynamic")),
 ])
 def test_subcommand_help(capsys, command, flags):
     with pytest.raises(SystemExit) as exit_info:

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.convert import google, names
+from electra_tf.convert import google, google_sizes, names
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.training import checkpoint_files
@@ -74,8 +74,8 @@ def official_shapes_of(hidden, layers, embedding, gen_hidden, vocab=30522):
     ((1024, 24, 1024, 256), {"model_size": "large"}),
 ])
 def test_released_sizes_resolve_to_the_official_hparams(tmp_path, dims, expected):
-    sizes = google.infer_sizes(official_shapes_of(*dims))
-    config, hparams = google.resolve_config(sizes, out_dir(tmp_path))
+    sizes = google_sizes.infer_sizes(official_shapes_of(*dims))
+    config, hparams = google_sizes.resolve_config(sizes, out_dir(tmp_path))
     assert hparams == dict(expected, vocab_size=30522, embedding_size=dims[2])
     from electra_tf.config import get_bert_config, get_generator_config
     bert = get_bert_config(config)

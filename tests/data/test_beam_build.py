@@ -371,3 +371,23 @@ def test_counters_that_disagree_with_the_per_file_results_are_warned_about(build
     warned = [r.getMessage() for r in caplog.records]
     assert warned == [f"Beam counter tokens = 1, but the per-file results count "
                       f"{counts['tokenized_tokens']}"]
+
+
+def test_learn_spm_then_build_matches_the_local_builder(tmp_path):
+    pytest.importorskip("sentencepiece")
+    from tests.spm_fixtures import write_corpus
+
+    corpus = tmp_path / "corpus"
+    write_corpus(str(corpus), lines=300)
+    built = {}
+    for engine in ("local", "beam"):
+        config = BuildConfig(corpus_dir=str(corpus), learn_spm=150,
+                             spm_model=str(tmp_path / engine / "spm.model"),
+                             output_dir=str(tmp_path / engine / "pretrain_tfrecords"),
+                             max_seq_length=MAX_SEQ_LENGTH, num_out_files=2, seed=5)
+        built[engine] = (build_dataset(config) if engine == "local"
+                         else beam_build.build_dataset_beam(config, "DirectRunner"))
+    assert built["beam"]["vocab"]["kind"] == "sentencepiece"
+    assert built["beam"]["vocab"]["sha256"] == built["local"]["vocab"]["sha256"]
+    assert read_bytes(tmp_path / "beam" / "pretrain_tfrecords") == read_bytes(
+        tmp_path / "local" / "pretrain_tfrecords")

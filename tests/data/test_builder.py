@@ -110,7 +110,7 @@ def test_round_trip_structure_and_manifest(tmp_path, vocab_file):
 
     assert manifest == read_manifest(out)
     assert manifest["vocab"] == {"path": vocab_file, "sha256": vocab.sha256, "size": vocab.size,
-                                 "learned": False, "special_ids": vocab.special._asdict()}
+                                 "kind": "wordpiece", "learned": False, "special_ids": vocab.special._asdict()}
     for key, value in {"max_seq_length": L, "do_lower_case": True, "strip_accents": True,
                        "blanks_separate_docs": True, "seed": 3, "eval_fraction": 0.2}.items():
         assert manifest[key] == value

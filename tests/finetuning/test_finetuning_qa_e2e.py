@@ -156,7 +156,7 @@ def test_learning_squadv1_beats_the_baselines_and_the_export_serves_it(tmp_path)
                           env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     served = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert served["signatures"] == ["serving_default", "squadv1"]
+    assert served["signatures"] == ["serving_default", "squadv1", "squadv1_ids"]
     assert served["answer"] == [preds[p["qas"][0]["id"]] for p in data]
     for context, answer, start in zip(contexts, served["answer"], served["start"]):
         assert context[start:start + len(answer)] == answer

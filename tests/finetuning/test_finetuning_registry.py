@@ -33,7 +33,7 @@ def test_cfg1_every_official_task_name_has_a_family_and_others_are_refused(tmp_p
     assert {n for n, f in families.items() if f == "qa"} == {
         "squad", "squadv1", "newsqa", "naturalqs", "triviaqa", "searchqa"}
     config = _config(tmp_path, task_names=["nonsense"])
-    with pytest.raises(DataFileError, match=r"Unknown task 'nonsense': not an official task"):
+    with pytest.raises(DataFileError, match=r"Unknown task 'nonsense': not a named task"):
         build_task("nonsense", config, None, None, None)
     # An MRQA-style directory under a name that is not an official MRQA task: a pointed error.
     os.makedirs(tmp_path / "finetuning_data" / "hotpotqa")
@@ -213,6 +213,12 @@ def test_sh12_results_txt_official_lines_rewritten_after_every_trial(tmp_path, m
      r"character 8"),
     ("chunk", {"train.txt": "The DT B-NP\ndog B-NP\n\n"}, r"chunk/train.txt:2: expected 3 fields"),
     ("sts", {"train.tsv": "h1\th2\th3\na\tb\t7\n"}, r"sts/train.tsv:2: label 7.0 is outside"),
+    ("ner", {"train.txt": "the B-PER\ndog O\n\n", "dev.txt": "\n\nthe O\ndog B-LOC\n\n"},
+     r"ner/dev.txt:4: label 'B-LOC' does not occur in the training file .*ner/train.txt"),
+    ("ner", {"train.txt": "the X B-PER\ndog X S-PER\n\n"},
+     r"ner/train.txt:2: tag 'S-PER' is not 'O' nor a BIO tag .*set tagging_scheme to BIOES"),
+    ("pos", {"train.txt": "the DT\ndog NN\n\n", "dev.txt": "the DT\ndog VB\n\n"},
+     r"pos/dev.txt:2: label 'VB' does not occur in the training file"),
 ])
 def test_cli_bad_task_files_are_one_line_naming_file_and_record(tmp_path, capsys, task, files,
                                                                  message):

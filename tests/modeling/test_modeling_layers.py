@@ -1,7 +1,11 @@
 """Every Keras layer of electra_tf.modeling, declaratively (tests/layer_test_case.py): shapes and
 dtypes, get_config / from_config, .keras saving, on TensorFlow (with its default kernels and with
 the keras.ops kernels) and on JAX and PyTorch, where each layer given TensorFlow's weights and
-seed-generator states computes TensorFlow's outputs, dropout included."""
+seed-generator states computes TensorFlow's outputs, dropout included; and the config round trip
+of further constructor arguments (`CONFIG_VARIANTS`).
+
+(`DisentangledEmbeddings` has no case: it is built around a live `ElectraEmbeddings` and has no
+config of its own; the pretrainer re-creates it, tests/pretraining/test_embedding_sharing.py.)"""
 
 import numpy as np
 import pytest
@@ -60,6 +64,52 @@ CASES = {
         expected_output_shape=(BATCH, SEQ), expected_output_dtype="float32"),
 }
 
+# Constructor arguments beyond the cases above (names, activations, rates, initializers, an
+# encoder without the embedding projection), each through get_config / from_config / JSON on
+# TensorFlow's default kernels.
+IDS_40 = IDS % 40
+CONFIG_VARIANTS = {
+    "embeddings_named": LayerCase(
+        ElectraEmbeddings,
+        {"vocab_size": 40, "embedding_size": 8, "max_position_embeddings": 24,
+         "type_vocab_size": 3, "hidden_dropout_prob": 0.2, "initializer_range": 0.05,
+         "name": "embeddings"},
+        {"input_ids": IDS_40, "segment_ids": SEGMENTS},
+        expected_output_shape=(BATCH, SEQ, 8)),
+    "transformer_layer_attention_dropout": LayerCase(
+        TransformerLayer,
+        {"intermediate_dim": 32, "num_heads": 2, "dropout": 0.1, "attention_dropout": 0.25,
+         "activation": "gelu", "layer_norm_epsilon": 1e-12},
+        {"inputs": HIDDEN_STATES, "padding_mask": MASK},
+        expected_output_shape=(BATCH, SEQ, HIDDEN)),
+    "encoder_projected": LayerCase(
+        ElectraEncoder,
+        {"vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 32, "embedding_size": 8, "max_position_embeddings": 24,
+         "name": "disc"},
+        {"inputs": {"input_ids": IDS_40, "input_mask": MASK, "segment_ids": SEGMENTS}},
+        expected_output_shape={"sequence_output": (BATCH, SEQ, 16),
+                               "pooled_output": (BATCH, 16)}),
+    "encoder_relu_dropouts": LayerCase(
+        ElectraEncoder,
+        {"vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "intermediate_size": 32, "embedding_size": 16, "max_position_embeddings": 24,
+         "hidden_act": "relu", "hidden_dropout_prob": 0.2, "attention_probs_dropout_prob": 0.3,
+         "name": "disc"},
+        {"inputs": {"input_ids": IDS_40, "input_mask": MASK, "segment_ids": SEGMENTS}},
+        expected_output_shape={"sequence_output": (BATCH, SEQ, 16),
+                               "pooled_output": (BATCH, 16)}),
+    "generator_head_initializer": LayerCase(
+        GeneratorHead, {"embedding_size": 8, "vocab_size": 40, "initializer_range": 0.1},
+        {"hidden": _rng.normal(size=(2, 3, 4)).astype(np.float32),
+         "word_embeddings_table": _rng.normal(size=(40, 8)).astype(np.float32)},
+        expected_output_shape=(2, 3, 40), expected_output_dtype="float32", training=False),
+    "discriminator_head_tanh": LayerCase(
+        DiscriminatorHead, {"hidden_size": 16, "hidden_act": "tanh", "initializer_range": 0.1},
+        {"sequence_output": _rng.normal(size=(2, 5, 16)).astype(np.float32)},
+        expected_output_shape=(2, 5), expected_output_dtype="float32"),
+}
+
 
 @pytest.fixture(params=["xla", "ops"])
 def kernels(request):
@@ -76,6 +126,25 @@ def test_layer(name, kernels):
 @pytest.mark.parametrize("name", CASES)
 def test_serialization(name, kernels):
     run_serialization_test(CASES[name])
+
+
+@pytest.mark.parametrize("name", CONFIG_VARIANTS)
+def test_config_variant(name):
+    run_layer_test(CONFIG_VARIANTS[name])
+    run_serialization_test(CONFIG_VARIANTS[name])
+
+
+@pytest.mark.parametrize("name, rate", [("encoder_projected", 0.1),
+                                        ("encoder_relu_dropouts", 0.3)])
+def test_rebuilt_encoder_layers_keep_the_attention_dropout(name, rate):
+    revived = run_serialization_test(CONFIG_VARIANTS[name])
+    assert revived.name == "disc"
+    assert [layer.attention_dropout for layer in revived.encoder_layers] == [rate, rate]
+
+
+def test_rebuilt_transformer_layer_keeps_the_attention_dropout():
+    revived = run_serialization_test(CONFIG_VARIANTS["transformer_layer_attention_dropout"])
+    assert revived.attention_dropout == 0.25
 
 
 @pytest.mark.parametrize("name", CASES)

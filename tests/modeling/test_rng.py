@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 from keras import ops
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import dropout_streams
 from electra_tf.modeling import rng
 from tests import backends
 
@@ -20,7 +20,7 @@ def _as_uint32(x):
 
 def test_fmix32_on_int32_equals_the_uint32_finaliser():
     words = np.concatenate([WORDS, np.random.default_rng(0).integers(0, 2 ** 32, 1000)])
-    expected = fused.fmix32(tf.constant(words.astype(np.uint32))).numpy()
+    expected = dropout_streams.fmix32(tf.constant(words.astype(np.uint32))).numpy()
     got = ops.convert_to_numpy(rng.fmix32(ops.convert_to_tensor(
         np.array([rng.int32_bits(int(w)) for w in words], np.int32))))
     np.testing.assert_array_equal(_as_uint32(got), expected.astype(np.int64))
@@ -105,7 +105,7 @@ def test_same_bits_on_every_backend(backend):
 @pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4, 6)])
 def test_dropout_bits_equal_the_fused_kernels_words(shape):
     seed = tf.constant([123456, 7], tf.int32)
-    expected = fused.hash_bits(seed, shape).numpy().astype(np.int64)
+    expected = dropout_streams.hash_bits(seed, shape).numpy().astype(np.int64)
     got = ops.convert_to_numpy(rng.dropout_bits(ops.convert_to_tensor(seed.numpy()), shape))
     np.testing.assert_array_equal(_as_uint32(got), expected)
 
@@ -114,8 +114,8 @@ def test_dropout_bits_equal_the_fused_kernels_words(shape):
 def test_keep_mask_equals_the_fused_kernels_mask(rate):
     seed = tf.constant([42, 3], tf.int32)
     shape = (64, 96)
-    noise = fused.Noise(rate, "hash", seed)
-    expected = fused.keep_mask(noise, shape).numpy()
+    noise = dropout_streams.Noise(rate, "hash", seed)
+    expected = dropout_streams.keep_mask(noise, shape).numpy()
     got = ops.convert_to_numpy(rng.keep_mask(rng.dropout_bits(seed.numpy(), shape), rate))
     np.testing.assert_array_equal(got, expected)
     if 0 < rate < 1:

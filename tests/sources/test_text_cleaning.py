@@ -1,4 +1,5 @@
-"""Tests for electra_tf.sources.text_cleaning: wikitext cleaner, sentence splitter, per-source text."""
+"""Tests for electra_tf.sources.text_cleaning and wikitext: wikitext cleaner, sentence splitter,
+per-source text."""
 
 import bz2
 import io
@@ -6,6 +7,7 @@ import io
 import pytest
 
 from electra_tf.sources import text_cleaning as tc
+from electra_tf.sources import wikitext as wt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -89,7 +91,7 @@ It was introduced by [[Johann Heinrich Lambert]] in his ''[[Photometria]]'' (see
 
 
 def test_clean_wikitext_on_a_realistic_article():
-    assert tc.clean_wikitext(ALBEDO_WIKITEXT) == [
+    assert wt.clean_wikitext(ALBEDO_WIKITEXT) == [
         'Albedo or reflection coefficient, derived from Latin albedo "whiteness", is the '
         "diffuse reflectivity of a surface. It is about 15 °C.",
         "Albedos range from up to 0.9 for fresh snows to about 0.04 for charcoal. "
@@ -121,7 +123,7 @@ def test_clean_wikitext_on_a_realistic_article():
     ("Kept sentence is here. <!-- never closed\nlost text", ["Kept sentence is here."]),
 ])
 def test_clean_wikitext_constructs(wikitext, expected):
-    assert tc.clean_wikitext(wikitext) == expected
+    assert wt.clean_wikitext(wikitext) == expected
 
 
 def _mediawiki_xml(pages):
@@ -142,7 +144,7 @@ def test_wiki_xml_documents_skips_redirects_and_other_namespaces():
         ("Wikipedia:About", 4, "", "This is a project page about the site."),
         ("Empty", 0, "", "{{stub}}"),
     ])
-    docs = list(tc.wiki_xml_documents(io.BytesIO(bz2.decompress(bz2.compress(xml.encode())))))
+    docs = list(wt.wiki_xml_documents(io.BytesIO(bz2.decompress(bz2.compress(xml.encode())))))
     assert docs == [["Anarchism is a political philosophy.", "It has many forms."]]
 
 

@@ -7,20 +7,9 @@ import numpy as np
 import pytest
 
 from tests import backends
-from tests.training.test_portable_fit import BATCH, CONFIG, _data
+from tests.training.test_portable_fit import BATCH, CHILD_PRELUDE, CONFIG, _data
 
-_CHILD = """
-import json
-import keras
-import numpy as np
-from electra_tf.training import optimization
-from electra_tf.training.optimizers import AdamWeightDecay
-from electra_tf.training.pretrainer import ElectraPretrainer
-
-config = json.loads(str(inp["config"]))
-data = {k: inp[k] for k in ("input_ids", "input_mask", "segment_ids")}
-batch = int(inp["batch"])
-
+_CHILD = CHILD_PRELUDE + """
 
 def model(accumulation=1):
     keras.utils.set_random_seed(0)

@@ -37,20 +37,10 @@ def mlm_source(data_dir):
     return trainer
 
 
-def _weights(layer):
-    return [w.copy() for w in layer.get_weights()]
-
-
-def _assert_same(a, b):
-    assert len(a) == len(b) and a
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
-
-
 def _assert_frozen_copy(trainer, source_encoder, source_head):
     model = trainer.model
-    _assert_same(_weights(model.generator), _weights(source_encoder))
-    _assert_same(_weights(model.generator_head), _weights(source_head))
+    fx.assert_same_weights(fx.layer_weights(model.generator), fx.layer_weights(source_encoder))
+    fx.assert_same_weights(fx.layer_weights(model.generator_head), fx.layer_weights(source_head))
     frozen = {id(v) for v in model.generator.weights + model.generator_head.weights}
     assert not frozen & {id(v) for v in model.trainable_variables}
     optimizer = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
@@ -61,11 +51,11 @@ def _assert_frozen_copy(trainer, source_encoder, source_head):
 def test_frozen_generator_stays_bit_identical_and_the_run_resumes_exactly(data_dir, mlm_source):
     hparams = dict(RUN, frozen_generator_dir=mlm_source.config.model_dir, **CURRICULUM)
     whole = trainer_lib.Trainer(fx.tiny_config(data_dir, "fast_whole", **hparams))
-    initial_disc = _weights(whole.model.discriminator)
+    initial_disc = fx.layer_weights(whole.model.discriminator)
     scalars = whole.train()
     _assert_frozen_copy(whole, mlm_source.model.discriminator, mlm_source.model.generator_head)
     assert any(not np.array_equal(a, b)
-               for a, b in zip(_weights(whole.model.discriminator), initial_disc))
+               for a, b in zip(fx.layer_weights(whole.model.discriminator), initial_disc))
     # The last loop's last step was step 5 of 6: T = 1 + (3 - 1) * (1 - 5/6), beside the rate.
     assert scalars["temperature"] == pytest.approx(1.0 + 2.0 / 6.0, rel=1e-6)
 

@@ -23,9 +23,12 @@ CONFIG = {
     "name": "pretrainer",
 }
 
-_CHILD = """
+# The start of every fit() child (here and in test_decoupled_fit.py): `config`, `data`, `batch`
+# from the parent's `inp`.
+CHILD_PRELUDE = """
 import json
 import keras
+import numpy as np
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.pretrainer import ElectraPretrainer
@@ -33,7 +36,9 @@ from electra_tf.training.pretrainer import ElectraPretrainer
 config = json.loads(str(inp["config"]))
 data = {k: inp[k] for k in ("input_ids", "input_mask", "segment_ids")}
 batch = int(inp["batch"])
+"""
 
+_CHILD = CHILD_PRELUDE + """
 
 def model(accumulation=1):
     keras.utils.set_random_seed(0)

@@ -34,7 +34,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import encoder, fused
+from electra_tf.modeling import dropout_streams, encoder, fused, xla_clusters
 from electra_tf.pretraining import losses, sampling
 from electra_tf.training import optimization, optimizers
 from electra_tf.training.pretrainer import ElectraPretrainer
@@ -411,12 +411,13 @@ def test_xla_kernels_under_mirrored_strategy_match_one_device(mirrored_strategy)
 
 def test_hash_bits_are_the_same_in_and_out_of_xla_and_reproducible():
     seed = tf.constant([7, 11], tf.int32)
-    plain = fused.hash_bits(seed, [3, 5, 7]).numpy()
-    compiled = tf.function(lambda s: fused.hash_bits(s, [3, 5, 7]), jit_compile=True)(seed)
+    plain = dropout_streams.hash_bits(seed, [3, 5, 7]).numpy()
+    compiled = tf.function(lambda s: dropout_streams.hash_bits(s, [3, 5, 7]),
+                           jit_compile=True)(seed)
     np.testing.assert_array_equal(plain, compiled.numpy())
-    np.testing.assert_array_equal(plain, fused.hash_bits(seed, [3, 5, 7]).numpy())
+    np.testing.assert_array_equal(plain, dropout_streams.hash_bits(seed, [3, 5, 7]).numpy())
     assert plain.dtype == np.uint32 and len(np.unique(plain)) == plain.size
-    other = fused.hash_bits(tf.constant([7, 12], tf.int32), [3, 5, 7]).numpy()
+    other = dropout_streams.hash_bits(tf.constant([7, 12], tf.int32), [3, 5, 7]).numpy()
     assert np.mean(plain == other) < 0.01
 
 
@@ -426,8 +427,8 @@ def test_hash_dropout_masks_have_the_rate_and_no_correlations(rate):
     n = np.prod(shape)
 
     def keep(seed):
-        noise = fused.Noise(rate, "hash", tf.constant(seed, tf.int32))
-        return fused.keep_mask(noise, shape).numpy().astype(np.float64)
+        noise = dropout_streams.Noise(rate, "hash", tf.constant(seed, tf.int32))
+        return dropout_streams.keep_mask(noise, shape).numpy().astype(np.float64)
 
     k = keep([5, 0])
     p = 1 - rate
@@ -455,11 +456,11 @@ def test_hash_dropout_follows_the_layer_seed_generator():
     x = tf.ones([4, 8])
     state = layer.seed_generator.state.numpy()
     with fused.kernel_options(dropout_rng="hash"):
-        first = fused.dropout(x, layer, True).numpy()
-        second = fused.dropout(x, layer, True).numpy()
+        first = dropout_streams.dropout(x, layer, True).numpy()
+        second = dropout_streams.dropout(x, layer, True).numpy()
         layer.seed_generator.state.assign(state)
-        again = fused.dropout(x, layer, True).numpy()
-        assert np.array_equal(fused.dropout(x, layer, False).numpy(), x.numpy())
+        again = dropout_streams.dropout(x, layer, True).numpy()
+        assert np.array_equal(dropout_streams.dropout(x, layer, False).numpy(), x.numpy())
     np.testing.assert_array_equal(first, again)  # seeded and reproducible
     assert not np.array_equal(first, second)  # a new mask at every call
     assert set(np.unique(first)) <= {0.0, np.float32(1 / 0.7)}
@@ -529,18 +530,18 @@ def test_attention_probs_gradient_is_autodiffs_of_the_same_mask(kind, rate, dtyp
     mask_bias = tf.constant([[0.0] * 7, [0.0] * 4 + [-10000.0] * 3])[:, None, None, :]
     upstream = tf.cast(tf.random.stateless_normal(shape, [3, 4]), dtype)
     seed = tf.constant([9, 2], tf.int32)
-    noise = {"none": None, "hash": fused.Noise(rate, "hash", seed),
-             "philox": fused.Noise(rate, "philox",
+    noise = {"none": None, "hash": dropout_streams.Noise(rate, "hash", seed),
+             "philox": dropout_streams.Noise(rate, "philox",
                                    tf.random.stateless_uniform(shape, seed, dtype=dtype))}[kind]
 
     def reference(s):  # op by op, float32 as the cluster, the same multiplier
         probs = tf.nn.softmax(tf.cast(s, tf.float32) + mask_bias, axis=-1)
         if noise is not None:
-            probs = probs * fused.dropout_scale(noise, shape, tf.float32)
+            probs = probs * dropout_streams.dropout_scale(noise, shape, tf.float32)
         return tf.cast(probs, dtype)
 
     results = []
-    for function in (lambda s: fused.attention_probs(s, mask_bias, noise), reference):
+    for function in (lambda s: xla_clusters.attention_probs(s, mask_bias, noise), reference):
         with tf.GradientTape() as tape:
             tape.watch(scores)
             y = function(scores)

@@ -30,44 +30,36 @@ def stage1(data_dir):
     return data_dir, trainer
 
 
-def _weights(layer):
-    return [w.copy() for w in layer.get_weights()]
-
-
-def _assert_same(a, b):
-    assert len(a) == len(b) and a
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
-
-
 def test_stage2_starts_from_stage1_freezes_the_generator_and_trains_the_discriminator(stage1):
     data_dir, first = stage1
     config = fx.tiny_config(data_dir, "stage2", num_train_steps=6, iterations_per_loop=3,
                             save_checkpoints_steps=3,
                             two_stage_generator_dir=first.config.model_dir, **STAGE2)
     trainer = trainer_lib.Trainer(config)
-    encoder = _weights(first.model.discriminator)
-    head = _weights(first.model.generator_head)
-    _assert_same(_weights(trainer.model.generator), encoder)
-    _assert_same(_weights(trainer.model.discriminator), encoder)
-    _assert_same(_weights(trainer.model.generator_head), head)
+    encoder = fx.layer_weights(first.model.discriminator)
+    head = fx.layer_weights(first.model.generator_head)
+    fx.assert_same_weights(fx.layer_weights(trainer.model.generator), encoder)
+    fx.assert_same_weights(fx.layer_weights(trainer.model.discriminator), encoder)
+    fx.assert_same_weights(fx.layer_weights(trainer.model.generator_head), head)
     assert not trainer.model.generator.trainable and not trainer.model.generator_head.trainable
 
     trainer.train(stop_at_step=3)
-    _assert_same(_weights(trainer.model.generator), encoder)  # frozen: no gradient, no decay
-    _assert_same(_weights(trainer.model.generator_head), head)
-    moved = [not np.array_equal(a, b) for a, b in zip(_weights(trainer.model.discriminator), encoder)]
+    # Frozen: no gradient, no decay.
+    fx.assert_same_weights(fx.layer_weights(trainer.model.generator), encoder)
+    fx.assert_same_weights(fx.layer_weights(trainer.model.generator_head), head)
+    moved = [not np.array_equal(a, b)
+             for a, b in zip(fx.layer_weights(trainer.model.discriminator), encoder)]
     assert any(moved)
 
     # A restart resumes from the checkpoint (not from stage 1) and freezes the generator again.
-    disc_at_3 = _weights(trainer.model.discriminator)
+    disc_at_3 = fx.layer_weights(trainer.model.discriminator)
     resumed = trainer_lib.Trainer(config)
     assert resumed.step == 3
-    _assert_same(_weights(resumed.model.discriminator), disc_at_3)
+    fx.assert_same_weights(fx.layer_weights(resumed.model.discriminator), disc_at_3)
     assert not resumed.model.generator.trainable
     resumed.train()
     assert resumed.step == 6
-    _assert_same(_weights(resumed.model.generator), encoder)
+    fx.assert_same_weights(fx.layer_weights(resumed.model.generator), encoder)
 
 
 def test_stage2_needs_a_discriminator_size_generator_with_its_own_embeddings():

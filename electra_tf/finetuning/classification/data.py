@@ -95,9 +95,9 @@ GLUE_TASKS: Dict[str, GlueLayout] = {
     "wnli": GlueLayout(1, 2, -1, True, 1, 2, _BINARY, dir_names=("WNLI",)),
 }
 TASK_ALIASES = {"sst2": "sst", "sst-2": "sst", "mnli-m": "mnli"}
-# Official task names of the other families (registry.py routes them to their own readers).
-NOT_CLASSIFICATION_TASKS = ("sts", "chunk", "squad", "squadv1", "newsqa", "naturalqs", "triviaqa",
-                            "searchqa")
+# Named tasks of the other families (registry.py routes them to their own readers).
+NOT_CLASSIFICATION_TASKS = ("sts", "chunk", "ner", "pos", "squad", "squadv1", "newsqa", "naturalqs",
+                            "triviaqa", "searchqa")
 
 
 class Task(NamedTuple):
@@ -279,35 +279,12 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
     if train_path is None:
         expected = "train.tsv" if glue else "train.tsv or train.csv"
         raise DataFileError(f"task {name!r}: no {expected} in {directory}")
-    data = {"train": None, "dev": None, "test": None}
-    labelled = {}
     if glue is not None:
-        for split in SPLIT_NAMES:
-            path = train_path if split == "train" else split_file(directory, split, glue)
-            if path is None or (split != "train" and split not in splits):
-                continue
-            data[split] = read_glue(path, task_name, glue, split, max_lines)
-            labelled[split] = split != "test"
-        task = Task(task_name, directory, glue, glue.labels, glue.text_b is not None)
+        task, data, labelled = _read_glue_splits(task_name, directory, glue, train_path, splits,
+                                                 max_lines)
     else:
-        train, is_pair, _ = read_generic(train_path, task_name, "train", max_lines)
-        data["train"] = train
-        labelled["train"] = True
-        labels = tuple(sorted({e.label for e in train}))
-        if len(labels) < 2:
-            raise DataFileError(f"{train_path}: needs at least 2 distinct labels, found {list(labels)}")
-        for split in ("dev", "test"):
-            path = split_file(directory, split, None)
-            if path is None or split not in splits:
-                continue
-            examples, has_b, has_label = read_generic(path, task_name, split, max_lines)
-            if has_b != is_pair:
-                raise DataFileError(f"{path}:1: {'has' if has_b else 'lacks'} column "
-                                    f"{TEXT_B_COLUMN!r} but {train_path} "
-                                    f"{'does not' if has_b else 'does'}")
-            data[split] = examples
-            labelled[split] = has_label
-        task = Task(task_name, directory, None, labels, is_pair)
+        task, data, labelled = _read_generic_splits(task_name, directory, train_path, splits,
+                                                    max_lines)
     for split, examples in data.items():
         if examples and labelled.get(split):
             for example in examples:
@@ -317,3 +294,42 @@ def load_task(name: str, raw_data_dir: str, splits: Sequence[str] = SPLIT_NAMES,
             e._replace(guid=e.guid + "-swapped", text_a=e.text_b, text_b=e.text_a)
             for e in data["train"]]
     return TaskData(task, data["train"], data["dev"], data["test"], labelled)
+
+
+def _read_glue_splits(task_name: str, directory: str, glue: GlueLayout, train_path: str,
+                      splits: Sequence[str], max_lines: Optional[int]):
+    """`load_task` for a GLUE task: (Task, {split: examples or None}, {split: labelled})."""
+    data = {"train": None, "dev": None, "test": None}
+    labelled = {}
+    for split in SPLIT_NAMES:
+        path = train_path if split == "train" else split_file(directory, split, glue)
+        if path is None or (split != "train" and split not in splits):
+            continue
+        data[split] = read_glue(path, task_name, glue, split, max_lines)
+        labelled[split] = split != "test"
+    return Task(task_name, directory, glue, glue.labels, glue.text_b is not None), data, labelled
+
+
+def _read_generic_splits(task_name: str, directory: str, train_path: str,
+                         splits: Sequence[str], max_lines: Optional[int]):
+    """`load_task` for a generic TSV/CSV task: the labels are train's sorted distinct labels;
+    dev and test must have train's columns. Returns as `_read_glue_splits`."""
+    data = {"train": None, "dev": None, "test": None}
+    train, is_pair, _ = read_generic(train_path, task_name, "train", max_lines)
+    data["train"] = train
+    labelled = {"train": True}
+    labels = tuple(sorted({e.label for e in train}))
+    if len(labels) < 2:
+        raise DataFileError(f"{train_path}: needs at least 2 distinct labels, found {list(labels)}")
+    for split in ("dev", "test"):
+        path = split_file(directory, split, None)
+        if path is None or split not in splits:
+            continue
+        examples, has_b, has_label = read_generic(path, task_name, split, max_lines)
+        if has_b != is_pair:
+            raise DataFileError(f"{path}:1: {'has' if has_b else 'lacks'} column "
+                                f"{TEXT_B_COLUMN!r} but {train_path} "
+                                f"{'does not' if has_b else 'does'}")
+        data[split] = examples
+        labelled[split] = has_label
+    return Task(task_name, directory, None, labels, is_pair), data, labelled

@@ -13,6 +13,12 @@
   other QA tasks;
 - `has_answer` bool [batch]: a span survived and, for `squad`, null_odds <= qa_na_threshold.
 
+`<task>_ids(input_ids, input_mask, segment_ids)` int32 [batch, seq] -> the head's outputs for
+windows already featurized (what the ONNX export converts): `start_logits`; with
+`joint_prediction` `start_top_log_probs` / `start_top_index` [batch, beam] and `end_top_log_probs`
+/ `end_top_index` [batch, beam, beam], else `end_logits`; with `answerable_classifier`
+`answerable_logit` [batch].
+
 The same steps as training and evaluation (`data.split_words`, `features.featurize`,
 `decoding.Decoder`, tested to give the same answers on real text): whitespace words of the context
 (space, \\t, \\r, \\n, U+202F); each word WordPiece-tokenized on its own; the question's first
@@ -28,7 +34,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from electra_tf.data.tokenization import GraphBasicTokenizer, Tokenizer
-from electra_tf.finetuning.export import TaskServing, text_spec
+from electra_tf.finetuning.export import TaskServing, int_spec, text_spec
 from electra_tf.finetuning.qa.decoding import EMPTY_PREDICTION, NULL_SCORE_INIT
 
 _QA_WHITESPACE = "[ \\t\\r\\n\\x{202f}]+"  # data.QA_WHITESPACE
@@ -325,4 +331,17 @@ def qa_serving(model, task_name: str, tokenizer: Tokenizer, config, v2: bool) ->
                 "score": tf.where(found, score, 0.0), "null_odds": null,
                 "has_answer": has_answer}
 
-    return TaskServing({task_name: serve}, {"encoder": encoder})
+    # The head's raw outputs for token ids (the ONNX export's input): what `serve` decodes.
+    keys = ["start_logits"]
+    keys += (["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index"]
+             if config.joint_prediction else ["end_logits"])
+    keys += ["answerable_logit"] if config.answerable_classifier else []
+
+    @tf.function(input_signature=[int_spec("input_ids"), int_spec("input_mask"),
+                                  int_spec("segment_ids")])
+    def serve_ids(input_ids, input_mask, segment_ids):
+        outputs = model.task_outputs({"input_ids": input_ids, "input_mask": input_mask,
+                                      "segment_ids": segment_ids}, task_name, training=False)
+        return {k: outputs[k] for k in keys}
+
+    return TaskServing({task_name: serve, f"{task_name}_ids": serve_ids}, {"encoder": encoder})

@@ -1,12 +1,17 @@
-"""The CoNLL-2000-style reader (official `TaggingTask._get_labeled_sentences`).
+"""The CoNLL-style reader (official `TaggingTask._get_labeled_sentences`), for every tagging task.
 
-One word per line, fields separated by whitespace; the word is the first field and the tag the
-last (so in CoNLL-2000's "word POS chunk" the POS column is ignored); a line whose first field
-is "-DOCSTART-" is skipped; a blank line ends the sentence.
+One word per line, fields separated by whitespace (spaces or tabs, any number; a trailing "\r"
+of CRLF files and trailing whitespace are ignored; a UTF-8 byte-order mark is dropped); the word
+is the first field and the tag the field `label_column` (0-based, negative counts from the end;
+default -1, the last: so in CoNLL-2000's "word POS chunk" the POS column is ignored, as
+officially, and CoNLL-2003's "word POS chunk NER" gives the NER tags); a line whose first field
+is "-DOCSTART-" is skipped; a blank line (or a run of them) ends the sentence.
 
 Differences from the official reader, which accepts anything and crashes later:
-- every word line of a file must have the same number of fields (at least 2), and every tag must
-  be "O" or PREFIX-TYPE: an error names the file and line;
+- every word line of a file must have the same number of fields (at least 2), and the label
+  column must exist: an error names the file and line;
+- each tag is checked by the task's `check_tag` (chunk: "O" or PREFIX-TYPE; ner: the scheme's
+  tags); a bad one is an error naming the file and line;
 - bytes that are not UTF-8 are an error naming the line.
 
 QUIRK Q9 (mirrored): a last sentence with no blank line after it is dropped by the official
@@ -17,7 +22,7 @@ and line, and keeps it with `flush_last_sentence: true`.
 from __future__ import annotations
 
 import logging
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 from electra_tf.finetuning.tagging.spans import TagError, split_tag
 from electra_tf.finetuning.task_files import DataFileError, decoded_lines
@@ -36,27 +41,42 @@ class Sentence(NamedTuple):
         words: tuple of str.
         tags: tuple of str, the file's tags.
         source: str. "file:line" of its first word.
+        lines: tuple of int, the line number of each word (for errors about one tag).
     """
 
     words: Tuple[str, ...]
     tags: Tuple[str, ...]
     source: str
+    lines: Tuple[int, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return self.source.rsplit(":", 1)[0]
+
+
+def check_chunk_tag(tag: str) -> None:
+    """The chunk task's tags: "O" or PREFIX-TYPE with one "-" (official span rules)."""
+    split_tag(tag)
 
 
 def read_conll(path: str, max_sentences: Optional[int] = None,
-               flush_last_sentence: bool = False) -> List[Sentence]:
+               flush_last_sentence: bool = False, label_column: int = -1,
+               check_tag: Optional[Callable[[str], None]] = check_chunk_tag) -> List[Sentence]:
     """Reads a CoNLL-style file (see module docstring).
 
     Args:
         path: str.
         max_sentences: stop after this many sentences (official debug: 101).
         flush_last_sentence: keep a last sentence that has no blank line after it.
+        label_column: int. The tag's field, 0-based; negative counts from the end (-1: last).
+        check_tag: raises TagError on a tag the task refuses (None: any tag).
 
     Raises:
-        DataFileError: unreadable file, inconsistent field counts, malformed tag.
+        DataFileError: unreadable file, inconsistent field counts, no such label column,
+            malformed tag (naming file and line).
     """
     sentences: List[Sentence] = []
-    words, tags = [], []
+    words, tags, numbers = [], [], []
     first_line = None
     width = None
     lines = decoded_lines(path)
@@ -66,8 +86,9 @@ def read_conll(path: str, max_sentences: Optional[int] = None,
         fields = line.strip().split()
         if not fields:
             if words:
-                sentences.append(Sentence(tuple(words), tuple(tags), f"{path}:{first_line}"))
-                words, tags = [], []
+                sentences.append(Sentence(tuple(words), tuple(tags), f"{path}:{first_line}",
+                                          tuple(numbers)))
+                words, tags, numbers = [], [], []
                 if max_sentences is not None and len(sentences) >= max_sentences:
                     return sentences
             continue
@@ -78,20 +99,29 @@ def read_conll(path: str, max_sentences: Optional[int] = None,
             if width < 2:
                 raise DataFileError(f"{path}:{number}: a word line needs at least 2 fields "
                                     f"(word ... tag), got 1: {line.strip()!r}")
+            column = label_column + width if label_column < 0 else label_column
+            if not 1 <= column < width:
+                raise DataFileError(
+                    f"{path}:{number}: tagging_label_column {label_column} is "
+                    f"{'the word column' if column == 0 else 'not a column'} of this "
+                    f"{width}-field line (the tag is a field after the word; -1: the last)")
         elif len(fields) != width:
             raise DataFileError(f"{path}:{number}: expected {width} fields like the file's first "
                                 f"word line, got {len(fields)}: {line.strip()!r}")
-        try:
-            split_tag(fields[-1])
-        except TagError as e:
-            raise DataFileError(f"{path}:{number}: {e}") from None
+        if check_tag is not None:
+            try:
+                check_tag(fields[column])
+            except TagError as e:
+                raise DataFileError(f"{path}:{number}: {e}") from None
         if not words:
             first_line = number
         words.append(fields[0])
-        tags.append(fields[-1])
+        tags.append(fields[column])
+        numbers.append(number)
     if words:
         if flush_last_sentence:
-            sentences.append(Sentence(tuple(words), tuple(tags), f"{path}:{first_line}"))
+            sentences.append(Sentence(tuple(words), tuple(tags), f"{path}:{first_line}",
+                                      tuple(numbers)))
         else:
             logger.warning("%s:%d: the last sentence (%d words) has no blank line after it and "
                            "is dropped, as the official reader does (set flush_last_sentence "

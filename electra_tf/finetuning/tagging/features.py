@@ -12,13 +12,19 @@ on words with 1, 1, 5, 1, 1, 1 pieces it keeps 6 / 5 / 3 / 2 / 0 words at L = 19
 here the sequence is cut at L - 1 and closed with [SEP] (the words whose first sub-token falls
 past the cut are untagged).
 
+ner and pos (`official_truncation=False`) tag every word whose first sub-token fits: the sequence
+is [CLS] and all the pieces, cut at L - 1 and closed with [SEP]; a word is tagged when its first
+sub-token sits before the cut (on words with 1, 1, 5, 1, 1, 1 pieces it tags 6 / 6 / 5 / 3 words
+at L = 19 / 12 / 11 / 9, where the official rule tags 6 / 3 / 2 / 0).
+
 Features (official): `labels` = the word label ids [:L], zero-padded (aligned with the tagged
 positions by word index); `labels_mask` = 1.0 on tagged words; `labeled_positions` = the tagged
 positions, zero-padded (padding gathers [CLS] and is masked); `input_mask` 1 on real ids;
 `segment_ids` 1 on every real token, [CLS] included (QUIRK Q7, mirrored).
 
 Tokenization (QUIRK Q8, mirrored): words are lower-cased and accent-stripped whatever
-`do_lower_case` says (`tagging_cased: true` tokenizes as the pretrained model instead). One
+`do_lower_case` says (`tagging_cased: true` tokenizes as the pretrained model instead; ner and
+pos do so by default). One
 difference: the official code skips BERT's CJK spacing for tagging; electra-tf's tokenizer
 always puts spaces around CJK ideographs (so a word mixing CJK characters may split into more
 pieces; it changes nothing for CoNLL-2000).
@@ -46,17 +52,26 @@ def word_pieces(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> Lis
 
 
 def truncate(pieces: Sequence[Sequence[int]], max_seq_length: int, cls_id: int,
-             sep_id: int) -> (List[int], List[int]):
-    """The official truncation (module docstring), with the overflow cut.
+             sep_id: int, official_truncation: bool = True) -> (List[int], List[int]):
+    """The official truncation (module docstring), with the overflow cut; or ner/pos's.
 
     Args:
         pieces: WordPiece ids of each word.
         max_seq_length: int. L.
+        official_truncation: the official rule (chunk); False: every word whose first
+            sub-token fits before the closing [SEP] is tagged (ner, pos).
 
     Returns:
         (input_ids, tagged_positions): the ids (at most L) and the first-sub-token position of
         each kept word, in word order.
     """
+    if not official_truncation:
+        input_ids, tagged = [cls_id], []
+        for word in pieces:
+            tagged.append(len(input_ids))
+            input_ids.extend(word)
+        input_ids = input_ids[:max_seq_length - 1] + [sep_id]
+        return input_ids, [p for p in tagged if p < max_seq_length - 1]
     entries = [[cls_id]] + [list(p) for p in pieces] + [[sep_id]]
     budget = len(entries)
     input_ids: List[int] = []
@@ -75,13 +90,15 @@ def truncate(pieces: Sequence[Sequence[int]], max_seq_length: int, cls_id: int,
 
 
 def featurize(pieces: Sequence[Sequence[Sequence[int]]], labels: Sequence[Sequence[int]],
-              max_seq_length: int, cls_id: int, sep_id: int) -> Dict[str, np.ndarray]:
+              max_seq_length: int, cls_id: int, sep_id: int,
+              official_truncation: bool = True) -> Dict[str, np.ndarray]:
     """Features of many sentences.
 
     Args:
         pieces: per sentence, the WordPiece ids of each word.
         labels: per sentence, the label id of each word.
         max_seq_length: int.
+        official_truncation: see `truncate`.
 
     Returns:
         int32 `input_ids`, `input_mask`, `segment_ids`, `labels`, `labeled_positions` and
@@ -92,7 +109,7 @@ def featurize(pieces: Sequence[Sequence[Sequence[int]]], labels: Sequence[Sequen
            for key in ("input_ids", "input_mask", "segment_ids", "labels", "labeled_positions")}
     out["labels_mask"] = np.zeros([n, length], np.float32)
     for i, (sentence, sentence_labels) in enumerate(zip(pieces, labels)):
-        ids, tagged = truncate(sentence, max_seq_length, cls_id, sep_id)
+        ids, tagged = truncate(sentence, max_seq_length, cls_id, sep_id, official_truncation)
         out["input_ids"][i, :len(ids)] = ids
         out["input_mask"][i, :len(ids)] = 1
         out["segment_ids"][i, :len(ids)] = 1
