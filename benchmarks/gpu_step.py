@@ -143,8 +143,8 @@ def worker_electra_tf_jax(args) -> dict:
     import keras_hub
     import numpy as np
 
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
     from electra_tf.training.optimization import create_optimizer
+    from electra_tf.training.pretrainer import ElectraPretrainer
     from electra_tf.vocab import SpecialTokens
 
     if args.fp32_precision == "highest":

@@ -371,8 +371,8 @@ def worker_electra_tf_backend(args):
     import numpy as np
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
     from electra_tf.training.optimization import create_optimizer
+    from electra_tf.training.pretrainer import ElectraPretrainer
     from electra_tf.vocab import SpecialTokens
 
     config = PretrainingConfig.create("bench", "unused", {

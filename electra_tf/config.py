@@ -38,6 +38,9 @@ OPTIMIZERS = ("adamw", "lamb")
 # variables) | "gdes" (gradient-disentangled, DeBERTaV3: the discriminator reads
 # stop_gradient(block) + its own zero-initialised deltas; modeling.embeddings).
 EMBEDDING_SHARINGS = ("tied", "gdes")
+# How masked positions are chosen (the official `proposal_distribution` seam of `mask()`): the
+# names of pretraining.masking.STRATEGIES, "random" (official: single tokens) | "whole_word".
+MASKINGS = ("random", "whole_word")
 # TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
 # call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
 MAX_INT32 = 2**31 - 1
@@ -197,7 +200,9 @@ class PretrainingConfig:
     disc_weight: float = 50.0  # weight of the discriminator's RTD loss
     mask_prob: float = 0.15  # fraction of tokens selected for masking
     mask_with_replacement: bool = True  # official: positions drawn with replacement (issue #41)
-    whole_word_masking: bool = False  # mask all WordPieces of a chosen word together
+    # How masked positions are chosen: random (official) | whole_word (all WordPieces of a
+    # chosen word together). Deprecated alias: whole_word_masking true / false.
+    masking: str = "random"
 
     # --- Optimisation ---
     learning_rate: float = 5e-4
@@ -317,7 +322,7 @@ class PretrainingConfig:
             if key in user:
                 raise ConfigError(f"{key!r} is recorded by the run (what mixed_precision resolved "
                                   "to), not an hparam: set mixed_precision")
-        user = _known(user)
+        user = _known(_resolve_aliases(user))
         check_model_name(model_name)
         values = {"model_name": model_name, "data_dir": data_dir}
         values.update({k: _coerce(k, v) for k, v in user.items()})
@@ -397,6 +402,8 @@ class PretrainingConfig:
                           f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
         for key, value in self.model_hparam_overrides.items():
             coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
+        need(self.masking in MASKINGS,
+             f"masking must be one of {', '.join(MASKINGS)}, got {self.masking!r}")
         need(self.embedding_sharing in EMBEDDING_SHARINGS,
              f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARINGS)}, got "
              f"{self.embedding_sharing!r}")
@@ -473,7 +480,8 @@ class PretrainingConfig:
         """Rebuilds a resolved config (e.g. a saved config.json) without re-applying presets."""
         paths = {k: d[k] for k in ("model_name", "data_dir") if k in d}
         recorded = {k: _coerce(k, d[k]) for k in RUN_RECORDED if k in d}
-        hparams = _known({k: v for k, v in d.items() if k not in paths and k not in recorded})
+        hparams = _known(_resolve_aliases(
+            {k: v for k, v in d.items() if k not in paths and k not in recorded}))
         config = cls(**paths, **recorded, **{k: _coerce(k, v) for k, v in hparams.items()})
         config.validate()
         return config
@@ -570,6 +578,25 @@ def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
         raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
                           f"got {value!r} ({type(value).__name__})")
     return value
+
+
+def _resolve_aliases(hparams: Mapping[str, Any]) -> dict:
+    """`hparams` with the deprecated alias `whole_word_masking` (a bool: true is `masking`
+    "whole_word", false "random"; config.json files of earlier runs hold it) replaced by `masking`.
+
+    Raises:
+        ConfigError: the alias is not a bool, or disagrees with a `masking` given beside it.
+    """
+    hparams = dict(hparams)
+    if "whole_word_masking" in hparams:
+        whole_words = coerce_hparam("whole_word_masking", hparams.pop("whole_word_masking"), bool)
+        implied = "whole_word" if whole_words else "random"
+        if hparams.get("masking", implied) != implied:
+            raise ConfigError(f"hparams whole_word_masking={json.dumps(whole_words)} (deprecated: "
+                              f"masking {implied!r}) and masking={hparams['masking']!r} disagree: "
+                              "give masking only")
+        hparams["masking"] = implied
+    return hparams
 
 
 def _known(hparams: Mapping[str, Any]) -> dict:

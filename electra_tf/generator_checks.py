@@ -101,7 +101,7 @@ def validate_two_stage_sizes(config, bert, need) -> None:
 def check_model_variants(needs_generator: bool, samples: bool, frozen_generator: bool,
                          temperature_start, temperature_decay_steps,
                          temperature_schedule: str) -> None:
-    """`ElectraPretrainer`'s own checks (ValueError): a frozen generator or a temperature
+    """`PretrainingModel`'s own checks (ValueError): a frozen generator or a temperature
     curriculum the model cannot have (`needs_generator`: it has a generator network; `samples`:
     it samples from logits, a generator network's or the discriminator's)."""
     if frozen_generator and not needs_generator:

@@ -273,8 +273,8 @@ def make_model_dir(root: str, hparams: dict, vocab_path: str, seed: int = 0, ste
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.convert import names
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
     from electra_tf.training import optimization
+    from electra_tf.training.pretrainer import ElectraPretrainer
 
     data_dir = os.path.join(root, "data")
     config = PretrainingConfig.create(model_name, data_dir, hparams)

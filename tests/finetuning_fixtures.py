@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import export as pretraining_export
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 from tests.pretraining_fixtures import REPO_ROOT  # noqa: F401  (re-exported to fine-tuning tests)
 

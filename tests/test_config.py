@@ -105,6 +105,11 @@ def test_untied_generator_embeddings_use_generator_width():
     ({"strategy": "horovod"}, "strategy must be one of auto, one_device, mirrored, multi_worker, tpu"),
     ({"mixed_precision": "fp8"}, "mixed_precision must be one of auto, float32, mixed_bfloat16, mixed_float16"),
     ({"optimizer": "sgd"}, "optimizer must be one of adamw, lamb"),
+    ({"masking": "span"}, "masking must be one of random, whole_word, got 'span'"),
+    ({"whole_word_masking": True, "masking": "random"},
+     "hparams whole_word_masking=true (deprecated: masking 'whole_word') and masking='random' "
+     "disagree: give masking only"),
+    ({"whole_word_masking": "yes"}, "hparam 'whole_word_masking' must be bool"),
     ({"model_hparam_overrides": {"hiden_size": 3}}, "unknown key(s) in model_hparam_overrides: hiden_size"),
     ({"model_hparam_overrides": {"hidden_size": 100, "num_attention_heads": 3}}, "not a multiple"),
     ({"model_size": "base", "model_hparam_overrides": {"hidden_size": 512}},
@@ -146,3 +151,20 @@ def test_binary_hparams_file_is_a_config_error(tmp_path):
     path.write_bytes(b"\x80\x04\x95 pickle-ish bytes")
     with pytest.raises(ConfigError, match="not a UTF-8 JSON file"):
         make(str(path))
+
+
+@pytest.mark.parametrize("whole_words, masking", [(True, "whole_word"), (False, "random")])
+def test_whole_word_masking_is_a_deprecated_alias_of_masking(tmp_path, whole_words, masking):
+    assert make().masking == "random"
+    assert make({"whole_word_masking": whole_words}).masking == masking
+    assert make({"whole_word_masking": whole_words, "masking": masking}).masking == masking
+    # A config.json written before `masking` (a run resumed, evaluated or exported) loads as the
+    # same masking, and is written back with `masking` only.
+    saved = make({"masking": masking}).to_dict()
+    old = dict(saved, whole_word_masking=whole_words)
+    del old["masking"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(old))
+    loaded = PretrainingConfig.load(str(path))
+    assert loaded == make({"masking": masking})
+    assert "whole_word_masking" not in loaded.to_dict() and loaded.to_dict()["masking"] == masking

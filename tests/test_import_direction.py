@@ -24,14 +24,6 @@ FORBIDDEN = (
                                       "pretraining", "sources", "training")),
 )
 
-# Known edges, each to be removed by the change that ends it (a new one must not be added here
-# to make the test pass): ElectraPretrainer.compile/train_step/test_step/reset_metrics import
-# training/keras_fit and training/portable_fit lazily (issue 36, item 1).
-KNOWN_EDGES = frozenset((
-    ("pretraining/pretrainer.py", "electra_tf.training.keras_fit"),
-    ("pretraining/pretrainer.py", "electra_tf.training.portable_fit"),
-))
-
 
 def _modules() -> Iterator[Tuple[str, str]]:
     """(path relative to the package, its package: "" at the top level) of every module."""
@@ -73,15 +65,9 @@ def _edges() -> List[Tuple[str, str, str, str]]:
 
 def test_no_import_points_from_a_lower_package_to_a_higher_one():
     wrong = sorted({(path, name) for path, room, name, target in _edges()
-                    if (room, target) in FORBIDDEN and (path, name) not in KNOWN_EDGES})
+                    if (room, target) in FORBIDDEN})
     assert not wrong, "imports against the layering (docs/design.md):\n" + "\n".join(
         f"  {path} imports {name}" for path, name in wrong)
-
-
-def test_every_known_edge_still_exists():
-    """An allowance whose import is gone must go too, so the list only shrinks."""
-    found = {(path, name) for path, _, name, _ in _edges()}
-    assert KNOWN_EDGES <= found, f"remove from KNOWN_EDGES: {sorted(KNOWN_EDGES - found)}"
 
 
 def test_no_relative_imports():

@@ -176,7 +176,7 @@ def import_google_checkpoint(checkpoint: str, vocab_file: str, output_dir: str,
             vocab/checkpoint disagreement, unsafe output directory.
         ConfigError, VocabError: bad hparams or vocab file.
     """
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+    from electra_tf.training.pretrainer import ElectraPretrainer
 
     source = read_tf1_checkpoint(checkpoint)
     sizes = infer_sizes(source.shapes)

@@ -4,8 +4,8 @@ Each layer is a thin wrapper over the pure function that implements the behaviou
 implementation of each): `ElectraMasking` over `masking.mask_inputs` (official `mask()`),
 `ElectraFakeData` over `sampling.make_fake_inputs` (official `_get_fake_data`), and
 `ElectraDiscriminatorOutput` over `DiscriminatorHead` + `losses.rtd_loss` (official
-`_get_discriminator_output`). `ElectraPretrainer` is composed of them, and they build the same
-objective around any encoder, e.g. keras-hub backbones (docs/keras.md).
+`_get_discriminator_output`). `PretrainingModel` (pretrainer.py) is composed of them, and they
+build the same objective around any encoder, e.g. keras-hub backbones (docs/keras.md).
 
 Randomness: masking and sampling draw from counter-based per-example keys (`seeds.py`,
 `electra_tf.modeling.rng`): the same draws on every Keras backend. Call them with the step's
@@ -21,7 +21,7 @@ Tensors are dicts keyed by the official names (`input_ids`, `input_mask`, `segme
 
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Union
 
 import keras
 from keras import ops
@@ -69,20 +69,19 @@ def masked_inputs(values: Mapping[str, object]) -> masking.MaskedInputs:
 class ElectraMasking(keras.layers.Layer):
     """Dynamic masked-LM masking (official `pretrain_helpers.mask`, `masking.mask_inputs`).
 
-    Per example: k = max(1, min(N, round_half_even(n * mask_prob))) slots, positions drawn
-    uniformly over the real tokens other than [CLS], [SEP] and [MASK] (with replacement, as
-    official, unless `mask_with_replacement=False`), 85% of them set to [MASK] and 15% kept.
-    Usable inside a model and inside `tf.data` (no variables; see the module docstring for seeds).
+    Per example: k = max(1, min(N, round_half_even(n * mask_prob))) slots, chosen by the
+    `masking` strategy: "random" (official) draws positions uniformly over the real tokens other
+    than [CLS], [SEP] and [MASK] (with replacement, as official, unless `mask_with_replacement`
+    is False), "whole_word" whole words; 85% of them set to [MASK] and 15% kept. Usable inside a
+    model and inside `tf.data` (no variables; see the module docstring for seeds).
 
     Args:
         special_tokens: dict (or `SpecialTokens`) with `pad_id`, `unk_id`, `cls_id`, `sep_id`,
             `mask_id`.
-        mask_prob: float. Fraction of real tokens to mask (official 0.15).
-        max_predictions_per_seq: int. N, the masked slots per example.
-        mask_with_replacement: bool. Official True; False draws distinct positions.
-        whole_word_masking: bool. Mask whole words (`whole_word`); default False.
-        continuation_ids: list of int. The vocab's "##" pieces (`whole_word.continuation_ids`),
-            which define the words for `whole_word_masking` unless the inputs carry
+        masking_options: `masking.MaskingOptions` (or a dict of its fields, as `get_config`
+            writes it; None: the defaults, the official masking with N = 19): the strategy,
+            `mask_prob`, `max_predictions_per_seq`, `mask_with_replacement` and the vocab's
+            `continuation_ids`, which define the words of "whole_word" unless the inputs carry
             `word_starts`.
         seed: int. Base seed for calls given a scalar step or no seed.
         **kwargs: forwarded to `keras.layers.Layer`.
@@ -100,25 +99,21 @@ class ElectraMasking(keras.layers.Layer):
         [batch_size, N]) and `masked_lm_weights` (float32 [batch_size, N]).
     """
 
-    def __init__(self, special_tokens: Mapping[str, int], mask_prob: float = 0.15,
-                 max_predictions_per_seq: int = 19, mask_with_replacement: bool = True,
-                 whole_word_masking: bool = False,
-                 continuation_ids: Optional[Sequence[int]] = None, seed: int = 0, **kwargs):
+    def __init__(self, special_tokens: Mapping[str, int],
+                 masking_options: Union[masking.MaskingOptions, Mapping[str, Any], None] = None,
+                 seed: int = 0, **kwargs):
         super().__init__(**kwargs)
         if isinstance(special_tokens, SpecialTokens):
             special_tokens = special_tokens._asdict()
         # === Config ===
         self.special_tokens = dict(special_tokens)
-        self.mask_prob = mask_prob
-        self.max_predictions_per_seq = max_predictions_per_seq
-        self.mask_with_replacement = mask_with_replacement
-        self.whole_word_masking = whole_word_masking
-        self.continuation_ids = None if continuation_ids is None else [int(i) for i in continuation_ids]
+        self.masking_options = masking.MaskingOptions.of(masking_options)
         self.seed = seed
         self._special = SpecialTokens(**self.special_tokens)
         self.built = True  # no variables
 
     def call(self, inputs, seed=None, example_offset=None):
+        options = self.masking_options
         input_ids = ops.cast(inputs["input_ids"], "int32")
         batch_size = batch_size_of(input_ids)
         keys = seeds.example_keys(
@@ -127,24 +122,25 @@ class ElectraMasking(keras.layers.Layer):
         masked = masking.mask_inputs(
             input_ids, ops.cast(inputs["input_mask"], "int32"),
             ops.cast(inputs["segment_ids"], "int32"), special=self._special,
-            mask_prob=self.mask_prob, max_predictions_per_seq=self.max_predictions_per_seq,
-            keys=keys, with_replacement=self.mask_with_replacement,
-            whole_word_masking=self.whole_word_masking,
-            word_starts=self._word_starts(inputs, input_ids) if self.whole_word_masking else None)
+            mask_prob=options.mask_prob, max_predictions_per_seq=options.max_predictions_per_seq,
+            keys=keys, with_replacement=options.mask_with_replacement, masking=options.masking,
+            word_starts=(self._word_starts(inputs, input_ids)
+                         if options.strategy.needs_word_starts else None))
         return masked._asdict()
 
     def _word_starts(self, inputs, input_ids):
         if "word_starts" in inputs:
             return inputs["word_starts"]
-        if self.continuation_ids is None:
-            raise ValueError(f"{self.name}: whole_word_masking needs continuation_ids (the vocab's "
-                             "'##' pieces, whole_word.continuation_ids(vocab.tokens)) or a "
-                             "`word_starts` input")
-        return whole_word.word_starts_from_ids(input_ids, self.continuation_ids)
+        continuation = self.masking_options.continuation_ids
+        if continuation is None:
+            raise ValueError(f"{self.name}: masking={self.masking_options.masking!r} needs "
+                             "continuation_ids in its masking_options (the vocab's '##' pieces, "
+                             "whole_word.continuation_ids(vocab.tokens)) or a `word_starts` input")
+        return whole_word.word_starts_from_ids(input_ids, continuation)
 
     def compute_output_spec(self, inputs, seed=None, example_offset=None):
         shape = tuple(inputs["input_ids"].shape)
-        slots = shape[:1] + (self.max_predictions_per_seq,)
+        slots = shape[:1] + (self.masking_options.max_predictions_per_seq,)
         spec = {k: keras.KerasTensor(shape, dtype="int32")
                 for k in ("input_ids", "input_mask", "segment_ids")}
         spec.update(masked_lm_positions=keras.KerasTensor(slots, dtype="int32"),
@@ -156,14 +152,16 @@ class ElectraMasking(keras.layers.Layer):
         config = super().get_config()
         config.update({
             "special_tokens": self.special_tokens,
-            "mask_prob": self.mask_prob,
-            "max_predictions_per_seq": self.max_predictions_per_seq,
-            "mask_with_replacement": self.mask_with_replacement,
-            "whole_word_masking": self.whole_word_masking,
-            "continuation_ids": self.continuation_ids,
+            "masking_options": self.masking_options.to_dict(),
             "seed": self.seed,
         })
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        # A config saved before MaskingOptions holds the options one by one
+        # (masking.upgrade_config).
+        return super().from_config(masking.upgrade_config(config))
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -188,7 +186,7 @@ class ElectraFakeData(keras.layers.Layer):
             salted apart).
         example_offset: as for `ElectraMasking`.
         temperature: optional float32 scalar (a tensor: the temperature curriculum's value at
-            this step, `ElectraPretrainer.sampling_temperature`) instead of `temperature`.
+            this step, `PretrainingModel.sampling_temperature`) instead of `temperature`.
 
     Returns:
         dict: `input_ids` (int32 [batch_size, seq_length], the discriminator input), `is_fake`

@@ -18,6 +18,13 @@ Rows without any candidate (impossible for the official builder's examples) are 
 all weights 0 instead of the official NaN probabilities; they then contribute nothing to the MLM
 loss, and the loss's +1e-6 keeps even an all-empty batch finite.
 
+How positions are chosen is the masking strategy, a name (`masking`, the official
+`proposal_distribution` seam of `mask()`): "random" is the above (official), "whole_word" chooses
+whole words (`whole_word.py`). `STRATEGIES` maps each name to its function: a new strategy is a
+module with one `choose_positions(selection)` function and one line there (and its name in
+`config.MASKINGS`, the hparam's values). `MaskingOptions` groups everything the masking layer
+(`layers.ElectraMasking`) takes.
+
 Randomness comes from the counter-based hash keyed by the per-example `keys` (see `seeds.py`
 and `electra_tf.modeling.rng`), so an example's mask depends only on its own key and ids, never on
 its batch neighbours, and is the same on every Keras backend. Everything here is `keras.ops`.
@@ -25,7 +32,8 @@ its batch neighbours, and is the same on every Keras backend. Everything here is
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import dataclasses
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Tuple
 
 from keras import ops
 
@@ -108,7 +116,7 @@ def mask_inputs(
     keys,
     with_replacement: bool = True,
     mask_token_prob: float = MASK_TOKEN_PROB,
-    whole_word_masking: bool = False,
+    masking: str = "random",
     word_starts=None,
 ) -> MaskedInputs:
     """Selects masked-LM positions and masks them (official `pretrain_helpers.mask`).
@@ -125,11 +133,13 @@ def mask_inputs(
             distinct positions.
         mask_token_prob: float. Probability that a selected slot becomes [MASK] (official 0.85);
             other values are for tests and experiments.
-        whole_word_masking: bool. Choose whole words (`whole_word.draw_whole_words`: distinct
-            positions, as close to the official count as word boundaries allow) instead of
-            single tokens; `with_replacement` is then unused.
-        word_starts: bool [batch_size, seq_length]. Word boundaries for `whole_word_masking`
-            (e.g. `whole_word.word_starts_from_ids`); required with it.
+        masking: str. The strategy choosing the positions (`STRATEGIES`): "random" (official:
+            single tokens) or "whole_word" (`whole_word.choose_positions`: whole words, distinct
+            positions, as close to the official count as word boundaries allow;
+            `with_replacement` is then unused).
+        word_starts: bool [batch_size, seq_length]. Word boundaries for a strategy that needs
+            them (`Strategy.needs_word_starts`: "whole_word"), e.g.
+            `whole_word.word_starts_from_ids`; required with it.
 
     Returns:
         A `MaskedInputs`.
@@ -143,20 +153,150 @@ def mask_inputs(
     if not with_replacement:
         count = ops.minimum(count, num_candidates)
     count = ops.where(num_candidates > 0, count, 0)  # no candidates: nothing to mask (module doc)
+    strategy = strategy_of(masking)
+    if strategy.needs_word_starts and word_starts is None:
+        raise ValueError(f"masking={masking!r} needs word_starts (the word boundaries)")
     draws = _Draws(keys, n_slots, _seq_length(candidates))
-    if whole_word_masking:
-        if word_starts is None:
-            raise ValueError("whole_word_masking needs word_starts (the word boundaries)")
-        # Keys as for distinct positions (one per token index), used as one per word index.
-        positions, count = whole_word.draw_whole_words(
-            candidates, ops.cast(word_starts, "bool"), count, n_slots, draws.position_keys())
-    elif with_replacement:
-        positions = _positions_with_replacement(candidates, num_candidates,
-                                                draws.position_uniforms())
-    else:
-        positions = _distinct_positions(candidates, n_slots, draws.position_keys())
+    positions, count = strategy.choose_positions(Selection(
+        candidates, num_candidates, count, n_slots, draws, with_replacement,
+        None if word_starts is None else ops.cast(word_starts, "bool")))
     return _apply_masks(input_ids, input_mask, segment_ids, positions, draws.keep_uniforms(),
                         count, n_slots, special.mask_id, mask_token_prob)
+
+
+class Selection(NamedTuple):
+    """What a strategy chooses the masked positions from (one batch).
+
+    Attributes:
+        candidates: bool [batch_size, seq_length]. Tokens that may be masked (`candidates_mask`).
+        num_candidates: int32 [batch_size].
+        count: int32 [batch_size]. The official budget k (0 for a row without candidates; at
+            most `num_candidates` without replacement).
+        n_slots: int N.
+        draws: the example's random streams (`_Draws`: `position_uniforms()` [B, N],
+            `position_keys()` [B, L]).
+        with_replacement: bool. `mask_with_replacement`.
+        word_starts: optional bool [batch_size, seq_length]. Word boundaries, for a strategy
+            that needs them.
+    """
+
+    candidates: Any
+    num_candidates: Any
+    count: Any
+    n_slots: int
+    draws: Any
+    with_replacement: bool
+    word_starts: Any = None
+
+
+class Strategy(NamedTuple):
+    """A masking strategy: `choose_positions(selection)` -> (positions int32 [B, N] with the
+    chosen ones in the first `count` slots, count int32 [B])."""
+
+    choose_positions: Callable[[Selection], Tuple[Any, Any]]
+    needs_word_starts: bool = False
+
+
+def choose_random_positions(selection: Selection) -> Tuple[Any, Any]:
+    """The official strategy ("random"): single tokens uniformly over the candidates, with
+    replacement (official) or distinct."""
+    if selection.with_replacement:
+        positions = _positions_with_replacement(selection.candidates, selection.num_candidates,
+                                                selection.draws.position_uniforms())
+    else:
+        positions = _distinct_positions(selection.candidates, selection.n_slots,
+                                        selection.draws.position_keys())
+    return positions, selection.count
+
+
+# The `masking` hparam's strategies: one line per strategy.
+STRATEGIES = {
+    "random": Strategy(choose_random_positions),
+    "whole_word": Strategy(whole_word.choose_positions, needs_word_starts=True),
+}
+
+
+def strategy_of(masking: str) -> Strategy:
+    """The strategy named `masking`; ValueError naming the valid ones."""
+    if masking not in STRATEGIES:
+        raise ValueError(f"masking must be one of {', '.join(STRATEGIES)}, got {masking!r}")
+    return STRATEGIES[masking]
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingOptions:
+    """Everything that decides a batch's masks besides the seed (what `ElectraMasking` takes).
+
+    The first four are the hparams of the same names (`config.PretrainingConfig`).
+
+    Attributes:
+        masking: str. The strategy (`STRATEGIES`): "random" (official) or "whole_word".
+        mask_prob: float. Fraction of real tokens to mask (official 0.15).
+        max_predictions_per_seq: int. N, the masked slots per example.
+        mask_with_replacement: bool. Official True; False draws distinct positions.
+        continuation_ids: optional tuple of int. The vocab's "##" pieces
+            (`whole_word.continuation_ids(vocab.tokens)`), defining the words of a strategy that
+            needs them unless the inputs carry `word_starts`.
+    """
+
+    masking: str = "random"
+    mask_prob: float = 0.15
+    max_predictions_per_seq: int = 19
+    mask_with_replacement: bool = True
+    continuation_ids: Optional[Tuple[int, ...]] = None
+
+    def __post_init__(self):
+        strategy_of(self.masking)
+        if self.continuation_ids is not None:
+            object.__setattr__(self, "continuation_ids",
+                               tuple(int(i) for i in self.continuation_ids))
+
+    @property
+    def strategy(self) -> Strategy:
+        return STRATEGIES[self.masking]
+
+    @classmethod
+    def of(cls, value) -> "MaskingOptions":
+        """`value` itself, the options of a dict of their fields (`to_dict`), or the defaults
+        for None."""
+        if value is None or isinstance(value, MaskingOptions):
+            return value or cls()
+        return cls(**value)
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (`continuation_ids` as a list), as `get_config` writes them."""
+        d = dataclasses.asdict(self)
+        if self.continuation_ids is not None:
+            d["continuation_ids"] = list(self.continuation_ids)
+        return d
+
+
+# get_config keys of `ElectraMasking` and the pretraining model before `MaskingOptions`
+# (whole_word_masking was a bool): what `upgrade_config` moves into `masking_options`.
+LEGACY_KEYS = ("mask_prob", "max_predictions_per_seq", "mask_with_replacement",
+               "whole_word_masking", "continuation_ids")
+
+
+def upgrade_config(config: Mapping[str, Any]) -> dict:
+    """A layer or model config saved before `MaskingOptions` in today's form (others as given).
+
+    Old configs (.keras files, get_config dicts) hold the masking arguments at the top level,
+    the strategy as the bool `whole_word_masking` (a deprecated alias: true is "whole_word",
+    false "random"); they become one `masking_options` dict.
+
+    Raises:
+        ValueError: old keys beside `masking_options`.
+    """
+    config = dict(config)
+    legacy = {key: config.pop(key) for key in LEGACY_KEYS if key in config}
+    if not legacy:
+        return config
+    if config.get("masking_options") is not None:
+        raise ValueError(f"a config with masking_options and the older "
+                         f"{', '.join(sorted(legacy))}: give masking_options only")
+    whole_words = legacy.pop("whole_word_masking", False)
+    config["masking_options"] = dict(legacy, masking="whole_word" if whole_words else "random")
+    return config
 
 
 def _seq_length(x):

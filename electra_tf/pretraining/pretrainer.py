@@ -20,7 +20,7 @@ samples of an example do not depend on how the global batch is split across repl
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import keras
 import keras_hub
@@ -33,6 +33,7 @@ from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbedd
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
+from electra_tf.pretraining.masking import MaskingOptions
 from electra_tf.pretraining.temperature import temperature_at
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking, batch_size_of, masked_inputs,
@@ -50,7 +51,7 @@ PREMASKED_KEY = "masked_lm_positions"
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
-class ElectraPretrainer(keras.Model):
+class PretrainingModel(keras.Model):
     """Generator + discriminator trained jointly with the replaced-token-detection objective.
 
     Args:
@@ -60,8 +61,12 @@ class ElectraPretrainer(keras.Model):
             there is none (uniform generator, MLM-only, or `untied_generator=False`).
         special_tokens: dict. `SpecialTokens` fields (`pad_id`, `unk_id`, `cls_id`, `sep_id`,
             `mask_id`) of the vocab the data was built with.
-        mask_prob: float. Fraction of real tokens selected for masking.
-        max_predictions_per_seq: int. N, the number of masked slots per example.
+        masking_options: `masking.MaskingOptions` (or a dict of its fields, as `get_config`
+            writes it; None: the defaults): the masking strategy (`masking`: "random" official,
+            "whole_word"), `mask_prob`, `max_predictions_per_seq` (N, the masked slots per
+            example), `mask_with_replacement` and the vocab's `continuation_ids` (the words of
+            "whole_word": `whole_word.continuation_ids(vocab.tokens)`). The masking layer takes
+            them whole.
         electra_objective: bool. False trains only the masked LM (BERT with dynamic masking).
         uniform_generator: bool. Replace tokens uniformly at random (no generator network).
         untied_generator: bool. False uses the discriminator itself as the generator (all
@@ -88,10 +93,6 @@ class ElectraPretrainer(keras.Model):
         temperature_schedule: str. The curriculum's shape: "linear", "cosine", "exponential".
         gen_weight: float. Weight of the MLM loss.
         disc_weight: float. Weight of the RTD loss.
-        mask_with_replacement: bool. Draw masked positions with replacement (official).
-        whole_word_masking: bool. Mask whole words (`whole_word`); default False (official).
-        continuation_ids: list of int. The vocab's "##" pieces, defining the words for
-            `whole_word_masking` (`whole_word.continuation_ids(vocab.tokens)`).
         seed: int. The run seed: step t of `fit()` masks and samples from (seed, t), evaluation
             batch i from (seed, 2^31 - 1 - i) (`seeds.eval_seed`), a call without `seed` from
             (seed, 0).
@@ -108,9 +109,9 @@ class ElectraPretrainer(keras.Model):
     (`ElectraFakeData`), the discriminator and `discriminator_output`
     (`ElectraDiscriminatorOutput`, whose head is `discriminator_head`).
 
-    Training: `run_pretraining.py`'s loop (training/trainer.py), or Keras:
-    `model.compile(optimizer=...)` then `model.fit(dataset)` / `model.evaluate(dataset)` run the
-    same step (training/keras_fit.py) and report `loss` and the official metrics.
+    Training: `run_pretraining.py`'s loop (training/trainer.py) calls it; Keras' `compile()` /
+    `fit()` / `evaluate()` are `training.pretrainer.ElectraPretrainer`'s, this model with the
+    trainer's step (training/ builds on this module, never the other way).
 
     Call args:
         inputs: dict of int32 [batch_size, seq_length] tensors `input_ids`, `input_mask`,
@@ -133,7 +134,7 @@ class ElectraPretrainer(keras.Model):
 
     def __init__(self, discriminator_config: Optional[Mapping[str, Any]],
                  generator_config: Optional[Mapping[str, Any]], special_tokens: Mapping[str, int],
-                 mask_prob: float = 0.15, max_predictions_per_seq: int = 19,
+                 masking_options: Union[MaskingOptions, Mapping[str, Any], None] = None,
                  electra_objective: bool = True, uniform_generator: bool = False,
                  untied_generator: bool = True, untied_generator_embeddings: bool = False,
                  embedding_sharing: str = "tied", disallow_correct: bool = False,
@@ -141,9 +142,7 @@ class ElectraPretrainer(keras.Model):
                  temperature_start: Optional[float] = None,
                  temperature_decay_steps: Optional[int] = None,
                  temperature_schedule: str = "linear",
-                 gen_weight: float = 1.0, disc_weight: float = 50.0,
-                 mask_with_replacement: bool = True, whole_word_masking: bool = False,
-                 continuation_ids: Optional[Sequence[int]] = None, seed: int = 0,
+                 gen_weight: float = 1.0, disc_weight: float = 50.0, seed: int = 0,
                  discriminator_encoder: Optional[keras.layers.Layer] = None,
                  generator_encoder: Optional[keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)
@@ -169,8 +168,7 @@ class ElectraPretrainer(keras.Model):
         self.discriminator_config = dict(discriminator_config) if discriminator_config else None
         self.generator_config = dict(generator_config) if needs_generator and generator_config else None
         self.special_tokens = dict(special_tokens)
-        self.mask_prob = mask_prob
-        self.max_predictions_per_seq = max_predictions_per_seq
+        self.masking_options = MaskingOptions.of(masking_options)
         self.electra_objective = electra_objective
         self.uniform_generator = uniform_generator
         self.untied_generator = untied_generator
@@ -184,20 +182,14 @@ class ElectraPretrainer(keras.Model):
         self.temperature_schedule = temperature_schedule
         self.gen_weight = gen_weight
         self.disc_weight = disc_weight
-        self.mask_with_replacement = mask_with_replacement
-        self.whole_word_masking = whole_word_masking
-        self.continuation_ids = None if continuation_ids is None else [int(i) for i in continuation_ids]
         self.seed = seed
         self.discriminator_encoder = discriminator_encoder
         self.generator_encoder = generator_encoder if needs_generator else None
         self._special = SpecialTokens(**self.special_tokens)
-        self._fit_state = None  # compile(): Keras training state (training/keras_fit.py)
 
         # === Layers ===
-        self.masking = ElectraMasking(
-            self.special_tokens, mask_prob=mask_prob, max_predictions_per_seq=max_predictions_per_seq,
-            mask_with_replacement=mask_with_replacement, whole_word_masking=whole_word_masking,
-            continuation_ids=self.continuation_ids, seed=seed, name="masking")
+        self.masking = ElectraMasking(self.special_tokens, self.masking_options, seed=seed,
+                                      name="masking")
         self._build_encoders(needs_generator)
         self._build_heads()
         if frozen_generator:
@@ -266,30 +258,32 @@ class ElectraPretrainer(keras.Model):
     def from_pretraining_config(cls, config: PretrainingConfig, special_tokens: SpecialTokens,
                                 vocab_tokens: Optional[Sequence[str]] = None,
                                 vocab_kind: str = "wordpiece",
-                                **kwargs) -> "ElectraPretrainer":
+                                **kwargs) -> "PretrainingModel":
         """Builds the model the official way from a resolved `PretrainingConfig`.
 
         Args:
             config: PretrainingConfig.
             special_tokens: SpecialTokens of the vocab.
-            vocab_tokens: the vocab's tokens; with `whole_word_masking` they define the words
+            vocab_tokens: the vocab's tokens; with `masking: whole_word` they define the words
                 (without them the model builds, but training calls fail).
             vocab_kind: `Vocab.kind` of those tokens ("wordpiece" or "sentencepiece"): how
                 their words are marked (`whole_word.continuation_ids`).
-            **kwargs: more `ElectraPretrainer` arguments.
+            **kwargs: more constructor arguments.
         """
-        if config.whole_word_masking and vocab_tokens is not None:
-            kwargs.setdefault("continuation_ids", whole_word.continuation_ids(
-                vocab_tokens, vocab_kind, special_tokens))
+        continuation = None
+        if masking.strategy_of(config.masking).needs_word_starts and vocab_tokens is not None:
+            continuation = whole_word.continuation_ids(vocab_tokens, vocab_kind, special_tokens)
+        kwargs.setdefault("masking_options", MaskingOptions(
+            masking=config.masking, mask_prob=config.mask_prob,
+            max_predictions_per_seq=config.max_predictions_per_seq,
+            mask_with_replacement=config.mask_with_replacement, continuation_ids=continuation))
         bert = get_bert_config(config)
         generator = None
         if config.electra_objective and config.untied_generator and not config.uniform_generator:
             generator = get_generator_config(config, bert).to_dict()
         return cls(
             discriminator_config=bert.to_dict(), generator_config=generator,
-            special_tokens=special_tokens._asdict(), mask_prob=config.mask_prob,
-            max_predictions_per_seq=config.max_predictions_per_seq,
-            electra_objective=config.electra_objective,
+            special_tokens=special_tokens._asdict(), electra_objective=config.electra_objective,
             uniform_generator=config.uniform_generator, untied_generator=config.untied_generator,
             untied_generator_embeddings=config.untied_generator_embeddings,
             embedding_sharing=config.embedding_sharing,
@@ -299,9 +293,8 @@ class ElectraPretrainer(keras.Model):
             temperature_decay_steps=(generator_checks.decay_steps(config)
                                      if config.temperature_start is not None else None),
             temperature_schedule=config.temperature_schedule,
-            gen_weight=config.gen_weight, disc_weight=config.disc_weight,
-            mask_with_replacement=config.mask_with_replacement,
-            whole_word_masking=config.whole_word_masking, seed=config.seed, **kwargs)
+            gen_weight=config.gen_weight, disc_weight=config.disc_weight, seed=config.seed,
+            **kwargs)
 
     @property
     def shared_embeddings(self) -> ElectraEmbeddings:
@@ -414,114 +407,6 @@ class ElectraPretrainer(keras.Model):
         return {"masked_lm_loss": losses.weight_sum(masked["masked_lm_weights"]),
                 "disc_loss": losses.weight_sum(masked["input_mask"])}
 
-    # === Keras training (training/keras_fit.py) ===
-    def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
-                disc_auc_include_padding: bool = False, **kwargs):
-        """Prepares `fit()` / `evaluate()` with the official objective, update and metrics.
-
-        Args:
-            optimizer: a Keras optimizer; the official one is `AdamWeightDecay` with
-                `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
-                under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
-                Gradients are summed over replicas and clipped at global norm 1.0 before it
-                (official). On JAX and PyTorch the step is `training.portable_fit`'s. A
-                decoupled optimizer (one with a `generator_learning_rate`,
-                `decoupled_optimizers`) is given `generator_variables()` as its generator side
-                unless it has them already.
-            gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
-                update of the whole batch (`training.accumulation`); its size must divide.
-            jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
-                `jit_compile` hparam; Keras' own whole-step compilation is not used there: it
-                would change the random draws). JAX always compiles the whole step; PyTorch
-                runs eagerly (True asks Keras for torch.compile).
-            disc_auc_include_padding: bool. The official disc_auc counting padding
-                (`PretrainingMetrics`).
-            **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
-                loss and metrics are the objective's own: `loss`, `metrics` and the like are
-                refused.
-
-        Raises:
-            ValueError: a loss or metrics given, or an optimizer that cannot be used here.
-        """
-        given = sorted(k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
-                       if kwargs.get(k) is not None)
-        if given:
-            raise ValueError(f"ElectraPretrainer.compile: {', '.join(given)} not accepted; the "
-                             "objective defines the losses and the official metrics")
-        unknown = sorted(set(kwargs) - {"run_eagerly", "steps_per_execution", "auto_scale_loss",
-                                        "loss", "loss_weights", "metrics", "weighted_metrics"})
-        if unknown:
-            raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
-        if keras.backend.backend() == "tensorflow":
-            from electra_tf.training import keras_fit  # training/ builds on this module
-
-            super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
-            self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
-                                                      jit_compile, disc_auc_include_padding)
-            return
-        from electra_tf.training import portable_fit
-
-        # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
-        super().compile(optimizer=optimizer,
-                        jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
-        self._fit_state = portable_fit.compile_state(self, gradient_accumulation_steps,
-                                                     disc_auc_include_padding)
-
-    def train_step(self, *args):
-        # TensorFlow and PyTorch: train_step(data); JAX: train_step(state, data).
-        state = self._compiled_state()
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            return keras_fit.fit_train_step(state, *args)
-        from electra_tf.training import portable_fit
-
-        step = portable_fit.jax_train_step if backend == "jax" else portable_fit.torch_train_step
-        return step(self, state, *args)
-
-    def test_step(self, *args):
-        state = self._compiled_state()
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            return keras_fit.fit_test_step(state, self, *args)
-        from electra_tf.training import portable_fit
-
-        step = portable_fit.jax_test_step if backend == "jax" else portable_fit.torch_test_step
-        return step(self, state, *args)
-
-    @property
-    def metrics(self):
-        return [] if self._fit_state is None else self._fit_state.all_metrics
-
-    def reset_metrics(self):
-        if self._fit_state is None:
-            return
-        if keras.backend.backend() == "tensorflow":
-            from electra_tf.training import keras_fit
-
-            keras_fit.reset(self._fit_state)
-            return
-        for metric in self._fit_state.all_metrics:
-            metric.reset_state()
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        # Keras (TF backend) builds a model created under a strategy by drawing a batch from
-        # fit()'s or evaluate()'s iterator, which then trains from the SECOND batch (and the
-        # data order is no longer run_pretraining.py's). compile() has built the model and the
-        # optimizer already, and the objective has no compiled loss or metrics to build.
-        if self._fit_state is not None and self.built and self.optimizer.built:
-            return
-        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def _compiled_state(self):
-        if self._fit_state is None:
-            raise RuntimeError("call compile(optimizer=...) before fit() or evaluate()")
-        return self._fit_state
-
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
         """Creates every variable by running one tiny eval-mode call (needed before restoring)."""
         dummy = ops.ones((1, seq_length), "int32")
@@ -535,8 +420,7 @@ class ElectraPretrainer(keras.Model):
             "discriminator_config": self.discriminator_config,
             "generator_config": self.generator_config,
             "special_tokens": self.special_tokens,
-            "mask_prob": self.mask_prob,
-            "max_predictions_per_seq": self.max_predictions_per_seq,
+            "masking_options": self.masking_options.to_dict(),
             "electra_objective": self.electra_objective,
             "uniform_generator": self.uniform_generator,
             "untied_generator": self.untied_generator,
@@ -550,9 +434,6 @@ class ElectraPretrainer(keras.Model):
             "temperature_schedule": self.temperature_schedule,
             "gen_weight": self.gen_weight,
             "disc_weight": self.disc_weight,
-            "mask_with_replacement": self.mask_with_replacement,
-            "whole_word_masking": self.whole_word_masking,
-            "continuation_ids": self.continuation_ids,
             "seed": self.seed,
             "discriminator_encoder": _serialize(self.discriminator_encoder),
             "generator_encoder": _serialize(self.generator_encoder),
@@ -561,7 +442,9 @@ class ElectraPretrainer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
+        # A config saved before MaskingOptions holds the options one by one
+        # (masking.upgrade_config).
+        config = masking.upgrade_config(config)
         for key in ("discriminator_encoder", "generator_encoder"):
             if config.get(key) is not None:
                 config[key] = keras.saving.deserialize_keras_object(config[key])

@@ -13,7 +13,7 @@ there:
     exponential:  T = start * (end / start) ** p       (geometric: equal ratios per step)
 
 The step is a tensor read inside the compiled step (the global step the masking and sampling
-draws are keyed by, `ElectraPretrainer.call`), so a resumed run samples at the temperatures an
+draws are keyed by, `PretrainingModel.call`), so a resumed run samples at the temperatures an
 uninterrupted one does, on every backend.
 """
 

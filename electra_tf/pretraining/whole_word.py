@@ -1,4 +1,4 @@
-"""Whole-word masking: masked-LM positions chosen as whole words (`whole_word_masking` option).
+"""Whole-word masking: masked-LM positions chosen as whole words (`masking: "whole_word"`).
 
 The official `mask()` picks single WordPieces, so a word split into "play ##ing" can be half
 masked and the generator predicts "##ing" from "play". With whole-word masking every piece of a
@@ -115,6 +115,14 @@ def word_starts_from_ids(input_ids, continuation: Iterable[int]):
     is_continuation = ops.logical_and(
         ops.take(ops.convert_to_tensor(table), ops.clip(ids, 0, size - 1)), in_table)
     return ops.logical_not(is_continuation)
+
+
+def choose_positions(selection) -> Tuple:
+    """The "whole_word" masking strategy (`masking.STRATEGIES`; `selection` a
+    `masking.Selection` with `word_starts`): `draw_whole_words` with the keys of distinct
+    positions (one per token index), used as one per word index."""
+    return draw_whole_words(selection.candidates, selection.word_starts, selection.count,
+                            selection.n_slots, selection.draws.position_keys())
 
 
 def draw_whole_words(candidates, word_starts, count, n_slots: int, keys) -> Tuple:

@@ -46,10 +46,10 @@ from electra_tf import atomic, precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import (checkpoint_files, dataset_checks, hosts, optimization,
                                  portable_board, portable_checkpoint, preemption, probe, run_base,
                                  run_dir, summaries)
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")

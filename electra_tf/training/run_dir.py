@@ -421,7 +421,7 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
     """
     import tensorflow as tf
 
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+    from electra_tf.training.pretrainer import ElectraPretrainer
 
     config_path = os.path.join(model_dir, CONFIG_NAME)
     if not os.path.isfile(config_path):

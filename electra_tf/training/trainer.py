@@ -36,10 +36,10 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.data import integrity, pipeline
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import (board, checkpoint_files, checkpointing, dataset_checks,
                                  frozen_generator, graph_leaks, inputs, optimization, preemption,
                                  probe, run_base, run_dir, summaries, train_step)
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 

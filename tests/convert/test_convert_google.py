@@ -17,8 +17,8 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.convert import google, google_sizes, names
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import checkpoint_files
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
 from tests import convert_fixtures as cf

@@ -6,7 +6,7 @@ import pytest
 from electra_tf.config import PretrainingConfig
 from electra_tf.convert import names
 from electra_tf.convert.names import ConversionError
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import SpecialTokens
 
 from tests import convert_fixtures as cf

@@ -8,7 +8,7 @@ import tensorflow as tf
 from electra_tf.config import ConfigError
 from electra_tf.modeling.embeddings import DELTA_NAMES, DisentangledEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 from tests.pretraining.test_pretrainer import NO_DROPOUT, SEED, SEQ, batch, make_model, run, tiny_config
 
 GDES = {"embedding_sharing": "gdes"}

@@ -16,7 +16,8 @@ from electra_tf.modeling.heads import DiscriminatorHead
 from electra_tf.pretraining import losses, masking, sampling, seeds
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking)
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.pretraining.masking import MaskingOptions
+from electra_tf.training.pretrainer import ElectraPretrainer
 from tests.pretraining.test_pretrainer import SEQ, SPECIAL, VOCAB, batch, make_model, tiny_config
 
 SEED = tf.constant([11, 5], tf.int32)
@@ -41,8 +42,9 @@ def _round_trip(layer):
 
 
 @pytest.mark.parametrize("layer", [
-    ElectraMasking(SPECIAL, mask_prob=0.2, max_predictions_per_seq=7, mask_with_replacement=False,
-                   whole_word_masking=True, continuation_ids=[50, 51], seed=3, name="m"),
+    ElectraMasking(SPECIAL, MaskingOptions(masking="whole_word", mask_prob=0.2,
+                                           max_predictions_per_seq=7, mask_with_replacement=False,
+                                           continuation_ids=[50, 51]), seed=3, name="m"),
     ElectraFakeData(temperature=0.5, disallow_correct=True, seed=4, name="f"),
     ElectraDiscriminatorOutput(hidden_size=16, hidden_act="relu", initializer_range=0.1,
                                name="d"),
@@ -52,7 +54,10 @@ def test_config_round_trip_keeps_every_argument(layer):
     base = keras.layers.Layer().get_config()
     for key, value in layer.get_config().items():
         if key not in base:  # the layer's own arguments, stored under the same names
-            assert getattr(clone, key) == value, key
+            stored = getattr(clone, key)
+            # An options object is written as its fields (MaskingOptions.to_dict).
+            stored = stored.to_dict() if isinstance(stored, MaskingOptions) else stored
+            assert stored == value, key
 
 
 def test_mixed_precision_policy_round_trips_and_outputs_stay_float32():
@@ -71,22 +76,22 @@ def test_mixed_precision_policy_round_trips_and_outputs_stay_float32():
 
 def test_masking_layer_is_mask_inputs():
     inputs = batch(6, seed=2)
-    layer = ElectraMasking(SPECIAL, mask_prob=0.3, max_predictions_per_seq=N)
+    layer = ElectraMasking(SPECIAL, MaskingOptions(mask_prob=0.3, max_predictions_per_seq=N))
     expected = masking.mask_inputs(
         inputs["input_ids"], inputs["input_mask"], inputs["segment_ids"], special=SPECIAL,
         mask_prob=0.3, max_predictions_per_seq=N,
         keys=_example_seeds(6, seeds.MASKING_SALT))._asdict()
     _assert_same(layer(inputs, seed=SEED), expected)
     # A scalar step is folded with the layer's seed; example_offset names global indices.
-    _assert_same(ElectraMasking(SPECIAL, mask_prob=0.3, max_predictions_per_seq=N, seed=11)(
-        inputs, seed=5), expected)
+    _assert_same(ElectraMasking(SPECIAL, MaskingOptions(mask_prob=0.3, max_predictions_per_seq=N),
+                                seed=11)(inputs, seed=5), expected)
     rows = {k: v[3:] for k, v in inputs.items()}
     _assert_same(layer(rows, seed=SEED, example_offset=3), {k: v[3:] for k, v in expected.items()})
 
 
 def test_masking_layer_inside_tf_data_gives_the_models_masks():
     inputs = batch(4, seed=3)
-    layer = ElectraMasking(SPECIAL, max_predictions_per_seq=N, seed=11)
+    layer = ElectraMasking(SPECIAL, MaskingOptions(max_predictions_per_seq=N), seed=11)
     dataset = (tf.data.Dataset.from_tensors(inputs).repeat(3).enumerate()
                .map(lambda step, b: layer(b, seed=step)))
     masked = list(dataset)
@@ -114,7 +119,7 @@ def _logits(batch_size, vocab=VOCAB, seed=6):
 
 def test_fake_data_layer_is_make_fake_inputs():
     inputs = batch(4, seed=5)
-    masked = ElectraMasking(SPECIAL, max_predictions_per_seq=N)(inputs, seed=SEED)
+    masked = ElectraMasking(SPECIAL, MaskingOptions(max_predictions_per_seq=N))(inputs, seed=SEED)
     logits = _logits(4)
     layer = ElectraFakeData(temperature=0.7, disallow_correct=True)
     expected = sampling.make_fake_inputs(
@@ -129,7 +134,7 @@ def test_fake_data_layer_is_make_fake_inputs():
 def test_fake_data_layer_samples_float32_logits_under_bfloat16():
     """The logits must not be cast to the compute dtype: 1.0 and 1.001 are one bfloat16 value,
     so a cast would turn the near-zero-temperature argmax into a coin flip."""
-    masked = ElectraMasking(SPECIAL, mask_prob=1.0, max_predictions_per_seq=N)(
+    masked = ElectraMasking(SPECIAL, MaskingOptions(mask_prob=1.0, max_predictions_per_seq=N))(
         batch(8, seed=6), seed=SEED)
     logits = np.zeros([8, N, VOCAB], np.float32)
     logits[..., 40], logits[..., 41] = 1.0, 1.001
@@ -167,7 +172,9 @@ def test_pretrainer_is_composed_of_the_layers(tmp_path):
     assert isinstance(model.fake_data, ElectraFakeData)
     assert isinstance(model.discriminator_output, ElectraDiscriminatorOutput)
     assert model.discriminator_head is model.discriminator_output.head
-    assert (model.masking.mask_prob, model.masking.max_predictions_per_seq) == (0.2, model.max_predictions_per_seq)
+    assert model.masking.masking_options is model.masking_options
+    assert (model.masking_options.mask_prob, model.masking_options.max_predictions_per_seq) == (
+        0.2, int((0.2 + 0.005) * SEQ))
     assert (model.fake_data.temperature, model.fake_data.disallow_correct) == (0.5, True)
     # Every variable is the model's once; checkpoints keep the head under its old name, so
     # checkpoints written before these layers existed still restore.
@@ -187,8 +194,9 @@ def test_pretrainer_without_discriminator_has_no_fake_data_layer():
 
 def test_pretrainer_get_config_keeps_new_arguments():
     model = ElectraPretrainer.from_pretraining_config(
-        tiny_config(whole_word_masking=True, seed=9), SPECIAL, vocab_tokens=["[PAD]", "a", "##b"])
+        tiny_config(masking="whole_word", seed=9), SPECIAL, vocab_tokens=["[PAD]", "a", "##b"])
     config = model.get_config()
-    assert (config["whole_word_masking"], config["seed"], config["continuation_ids"]) == (True, 9, [2])
+    assert (config["masking_options"]["masking"], config["seed"],
+            config["masking_options"]["continuation_ids"]) == ("whole_word", 9, [2])
     clone = ElectraPretrainer.from_config(json.loads(json.dumps(config)))
-    assert clone.masking.continuation_ids == [2] and clone.masking.seed == 9
+    assert clone.masking.masking_options.continuation_ids == (2,) and clone.masking.seed == 9

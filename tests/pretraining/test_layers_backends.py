@@ -9,6 +9,7 @@ import pytest
 
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking)
+from electra_tf.pretraining.masking import MaskingOptions
 from tests import backends
 from tests.layer_test_case import (LayerCase, run_backend_test, run_layer_test, run_saving_test,
                                    run_serialization_test)
@@ -34,18 +35,23 @@ MASKED_SHAPES = {"input_ids": (BATCH, SEQ), "input_mask": (BATCH, SEQ), "segment
                  "masked_lm_positions": (BATCH, SLOTS), "masked_lm_ids": (BATCH, SLOTS),
                  "masked_lm_weights": (BATCH, SLOTS)}
 MASKED_DTYPES = {k: "float32" if k == "masked_lm_weights" else "int32" for k in MASKED_SHAPES}
+# A layer's config holds every option (run_layer_test compares it with init_kwargs).
+DEFAULT_OPTIONS = MaskingOptions().to_dict()
 
 CASES = {
     "masking": LayerCase(
         ElectraMasking,
-        {"special_tokens": SPECIAL, "max_predictions_per_seq": SLOTS, "mask_prob": 0.3, "seed": 5},
+        {"special_tokens": SPECIAL,
+         "masking_options": dict(DEFAULT_OPTIONS, max_predictions_per_seq=SLOTS, mask_prob=0.3),
+         "seed": 5},
         {"inputs": INPUTS, "seed": SEED},
         expected_output_shape=MASKED_SHAPES, expected_output_dtype=MASKED_DTYPES, training=False),
-    "whole_word_masking": LayerCase(
+    "whole_word": LayerCase(
         ElectraMasking,
-        {"special_tokens": SPECIAL, "max_predictions_per_seq": SLOTS, "mask_prob": 0.3,
-         "whole_word_masking": True, "continuation_ids": list(range(30, 50)),
-         "mask_with_replacement": False},
+        {"special_tokens": SPECIAL,
+         "masking_options": dict(DEFAULT_OPTIONS, max_predictions_per_seq=SLOTS, mask_prob=0.3,
+                                 masking="whole_word", continuation_ids=list(range(30, 50)),
+                                 mask_with_replacement=False)},
         {"inputs": INPUTS, "seed": SEED},
         expected_output_shape=MASKED_SHAPES, expected_output_dtype=MASKED_DTYPES, training=False),
     "fake_data": LayerCase(
@@ -96,7 +102,7 @@ _PRETRAINER = """
 import json, os, tempfile
 import keras
 from keras import ops
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 model_config = json.loads(str(inp["model_config"]))
 keras.utils.set_random_seed(0)
@@ -147,7 +153,7 @@ _MODEL_CONFIG = {
                              "embedding_size": 8},
     "generator_config": {"vocab_size": VOCAB, "hidden_size": 8, "num_hidden_layers": 1,
                          "num_attention_heads": 1, "intermediate_size": 16, "embedding_size": 8},
-    "special_tokens": SPECIAL, "max_predictions_per_seq": SLOTS, "seed": 3,
+    "special_tokens": SPECIAL, "masking_options": {"max_predictions_per_seq": SLOTS}, "seed": 3,
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
@@ -175,11 +175,11 @@ def test_low_temperature_samples_the_argmax():
 
 def test_mask_prob_sets_the_number_of_masked_slots():
     model = make_model(mask_prob=0.3)
-    assert model.max_predictions_per_seq == int((0.3 + 0.005) * SEQ)
+    assert model.masking_options.max_predictions_per_seq == int((0.3 + 0.005) * SEQ)
     inputs = batch(2)
     mi = run(model, inputs)["metric_inputs"]
     n = inputs["input_mask"].sum(axis=1)
-    expected = np.maximum(1, np.minimum(model.max_predictions_per_seq,
+    expected = np.maximum(1, np.minimum(model.masking_options.max_predictions_per_seq,
                                         np.round(n.astype(np.float32) * np.float32(0.3))))
     np.testing.assert_array_equal(mi["masked_lm_weights"].numpy().sum(axis=1), expected)
 
@@ -255,7 +255,8 @@ def test_user_encoders_keras_hub_backbones():
     keras.utils.set_random_seed(2)
     disc, gen = backbone(32, "my_disc"), backbone(16, "my_gen")
     model = ElectraPretrainer(discriminator_config=None, generator_config=None,
-                              special_tokens=SPECIAL._asdict(), max_predictions_per_seq=3,
+                              special_tokens=SPECIAL._asdict(),
+                              masking_options={"max_predictions_per_seq": 3},
                               discriminator_encoder=disc, generator_encoder=gen)
     assert model.vocab_size == VOCAB and model.discriminator_head.hidden_size == 32
     inputs = batch()

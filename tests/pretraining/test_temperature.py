@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.pretraining.temperature import temperature_at
 from tests.pretraining.test_pretrainer import NO_DROPOUT, SEQ, SPECIAL, batch, tiny_config
 

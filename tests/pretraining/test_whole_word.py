@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from electra_tf.pretraining import masking, seeds as seeds_lib, whole_word
 from electra_tf.pretraining.layers import ElectraMasking
+from electra_tf.pretraining.masking import MaskingOptions
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)
@@ -43,7 +44,7 @@ def _mask(ids, mask, keys=None, **kw):
     kw.setdefault("max_predictions_per_seq", 19)
     fn = tf.function(lambda s: masking.mask_inputs(
         tf.constant(ids), tf.constant(mask), tf.zeros_like(tf.constant(ids)), special=SPECIAL,
-        keys=s, whole_word_masking=True,
+        keys=s, masking="whole_word",
         word_starts=whole_word.word_starts_from_ids(tf.constant(ids), CONTINUATION), **kw))
     return fn(_seeds(len(ids)) if keys is None else keys)
 
@@ -178,8 +179,8 @@ def test_layer_takes_word_boundaries_from_the_vocab_or_the_batch():
     ids = np.array([[2, 10, 11, 12, 13, 14, 3]], np.int32)
     batch = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids),
              "word_starts": np.array([[1, 1, 0, 0, 1, 0, 1]], bool)}
-    layer = ElectraMasking(SPECIAL, mask_prob=0.5, max_predictions_per_seq=3,
-                           whole_word_masking=True)
+    layer = ElectraMasking(SPECIAL, MaskingOptions(masking="whole_word", mask_prob=0.5,
+                                                   max_predictions_per_seq=3))
     for step in range(20):
         positions = layer(batch, seed=step)["masked_lm_positions"].numpy()[0]
         # k = round(3.5) = 4 > 3 slots: N = 3 caps it; words {1,2,3} and {4,5}: one fits.
@@ -188,7 +189,8 @@ def test_layer_takes_word_boundaries_from_the_vocab_or_the_batch():
     del without["word_starts"]
     with pytest.raises(ValueError, match="continuation_ids"):
         layer(without, seed=0)
-    by_vocab = ElectraMasking(SPECIAL, mask_prob=1.0, max_predictions_per_seq=7,
-                              whole_word_masking=True, continuation_ids=[11, 12, 14])
+    by_vocab = ElectraMasking(SPECIAL, MaskingOptions(
+        masking="whole_word", mask_prob=1.0, max_predictions_per_seq=7,
+        continuation_ids=[11, 12, 14]))
     out = by_vocab(without, seed=0)
     np.testing.assert_array_equal(out["masked_lm_positions"].numpy(), [[1, 2, 3, 4, 5, 0, 0]])

@@ -36,15 +36,15 @@ _COMMON = """
 import json
 import keras
 from keras import ops
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 keras.mixed_precision.set_global_policy(str(inp["policy"]))
 keras.utils.set_random_seed(0)
 # Named: a second model in the process (fit below) then has the same variable paths.
 model = ElectraPretrainer(json.loads(str(inp["discriminator"])), json.loads(str(inp["generator"])),
-                          json.loads(str(inp["special"])), max_predictions_per_seq=19, seed=7,
+                          json.loads(str(inp["special"])), seed=7,
                           name="pretrainer")
 model.build_from_sequence_length()
 paths = [str(p) for p in inp["paths"]] if "paths" in inp else None
@@ -95,7 +95,7 @@ _FIT = """
 def fit(steps):
     keras.utils.set_random_seed(0)
     m = ElectraPretrainer(json.loads(str(inp["discriminator"])), json.loads(str(inp["generator"])),
-                          json.loads(str(inp["special"])), max_predictions_per_seq=19, seed=7,
+                          json.loads(str(inp["special"])), seed=7,
                           name="pretrainer")
     m.build_from_sequence_length()
     by_path = {v.path: v for v in m.weights}

@@ -15,9 +15,9 @@ _CHILD = """
 import json
 import keras
 import numpy as np
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 config = json.loads(str(inp["config"]))
 variant = json.loads(str(inp["variant"]))

@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import ConfigError
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training import trainer as trainer_lib
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 from tests import pretraining_fixtures as fx
 from tests.pretraining.test_pretrainer import SEQ, SPECIAL, batch, tiny_config
 from tests.training.test_trainer import _state

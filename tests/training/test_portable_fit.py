@@ -19,7 +19,8 @@ CONFIG = {
     "generator_config": dict(vocab_size=VOCAB, hidden_size=8, num_hidden_layers=1,
                              num_attention_heads=1, intermediate_size=16, embedding_size=8,
                              **NO_DROPOUT),
-    "special_tokens": SPECIAL, "max_predictions_per_seq": 3, "seed": 11, "name": "pretrainer",
+    "special_tokens": SPECIAL, "masking_options": {"max_predictions_per_seq": 3}, "seed": 11,
+    "name": "pretrainer",
 }
 
 # The start of every fit() child (here and in test_decoupled_fit.py): `config`, `data`, `batch`
@@ -28,9 +29,9 @@ CHILD_PRELUDE = """
 import json
 import keras
 import numpy as np
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.pretrainer import ElectraPretrainer
 
 config = json.loads(str(inp["config"]))
 data = {k: inp[k] for k in ("input_ids", "input_mask", "segment_ids")}

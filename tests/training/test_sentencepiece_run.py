@@ -35,7 +35,7 @@ def spm_run(tmp_path_factory):
         output_dir=os.path.join(data_dir, "pretrain_tfrecords"), eval_fraction=0.1))
     config = fx.tiny_config(data_dir, "spm", vocab_size=SPM_SIZE, num_train_steps=STEPS,
                             iterations_per_loop=10, save_checkpoints_steps=STEPS,
-                            whole_word_masking=True, do_export=True)
+                            masking="whole_word", do_export=True)
     result = trainer_lib.run(config)
     return {"root": root, "data_dir": data_dir, "config": config, "manifest": manifest,
             "result": result, "vocab": load_vocab(os.path.join(data_dir, "spm.model"))}

@@ -36,8 +36,8 @@ import tensorflow as tf
 from electra_tf.config import PretrainingConfig
 from electra_tf.modeling import dropout_streams, encoder, fused, xla_clusters
 from electra_tf.pretraining import losses, sampling
-from electra_tf.pretraining.pretrainer import ElectraPretrainer
 from electra_tf.training import optimization, optimizers
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import SpecialTokens
 
 SPECIAL = SpecialTokens(pad_id=0, unk_id=1, cls_id=2, sep_id=3, mask_id=4)

@@ -1,0 +1,132 @@
+"""`ElectraPretrainer`: the pretraining model with Keras' `compile()` / `fit()` / `evaluate()`.
+
+The model itself (`pretraining.pretrainer.PretrainingModel`: masking, generator, sampling,
+discriminator, the joint loss) knows nothing of training. This subclass adds Keras' training
+hooks, which run this project's step: `keras_fit` on TensorFlow (`train_step.apply_or_skip`, the
+step `run_pretraining.py` compiles) and `portable_fit` on JAX and PyTorch. It lives in training/
+because those steps do: dependencies point one way (docs/design.md), so the model's package
+never imports the loop.
+
+It is the class users build (`ElectraPretrainer.from_pretraining_config(config, special)`, or
+from the constructor arguments of `PretrainingModel`), the class every trainer, loader and
+converter builds, and the Keras name of saved models (`electra_tf>ElectraPretrainer`).
+"""
+
+from __future__ import annotations
+
+import keras
+
+from electra_tf.pretraining.pretrainer import PretrainingModel
+from electra_tf.training import portable_fit
+
+
+@keras.saving.register_keras_serializable(package="electra_tf")
+class ElectraPretrainer(PretrainingModel):
+    """`PretrainingModel` trained by Keras: `model.compile(optimizer=...)` then
+    `model.fit(dataset)` / `model.evaluate(dataset)` run the trainer's step and report `loss` and
+    the official metrics. Arguments, call and outputs are `PretrainingModel`'s.
+    """
+
+    _fit_state = None  # compile(): the Keras training state (keras_fit / portable_fit.FitState)
+
+    def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
+                disc_auc_include_padding: bool = False, **kwargs):
+        """Prepares `fit()` / `evaluate()` with the official objective, update and metrics.
+
+        Args:
+            optimizer: a Keras optimizer; the official one is `AdamWeightDecay` with
+                `WarmupPolynomialDecay` (`training.optimization.create_optimizer(config)`), and
+                under several tf.distribute replicas it must be `AdamWeightDecay` or `Lamb`.
+                Gradients are summed over replicas and clipped at global norm 1.0 before it
+                (official). On JAX and PyTorch the step is `training.portable_fit`'s. A
+                decoupled optimizer (one with a `generator_learning_rate`,
+                `decoupled_optimizers`) is given `generator_variables()` as its generator side
+                unless it has them already.
+            gradient_accumulation_steps: int k. Each batch runs as k micro-batches with the
+                update of the whole batch (`training.accumulation`); its size must divide.
+            jit_compile: bool. TensorFlow: XLA-compile the forward-backward pass (the
+                `jit_compile` hparam; Keras' own whole-step compilation is not used there: it
+                would change the random draws). JAX always compiles the whole step; PyTorch
+                runs eagerly (True asks Keras for torch.compile).
+            disc_auc_include_padding: bool. The official disc_auc counting padding
+                (`PretrainingMetrics`).
+            **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
+                loss and metrics are the objective's own: `loss`, `metrics` and the like are
+                refused.
+
+        Raises:
+            ValueError: a loss or metrics given, or an optimizer that cannot be used here.
+        """
+        given = sorted(k for k in ("loss", "loss_weights", "metrics", "weighted_metrics")
+                       if kwargs.get(k) is not None)
+        if given:
+            raise ValueError(f"ElectraPretrainer.compile: {', '.join(given)} not accepted; the "
+                             "objective defines the losses and the official metrics")
+        unknown = sorted(set(kwargs) - {"run_eagerly", "steps_per_execution", "auto_scale_loss",
+                                        "loss", "loss_weights", "metrics", "weighted_metrics"})
+        if unknown:
+            raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if keras.backend.backend() == "tensorflow":
+            keras_fit = _keras_fit()
+            super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
+            self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
+                                                      jit_compile, disc_auc_include_padding)
+            return
+        # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
+        super().compile(optimizer=optimizer,
+                        jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
+        self._fit_state = portable_fit.compile_state(self, gradient_accumulation_steps,
+                                                     disc_auc_include_padding)
+
+    def train_step(self, *args):
+        # TensorFlow and PyTorch: train_step(data); JAX: train_step(state, data).
+        state = self._compiled_state()
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            return _keras_fit().fit_train_step(state, *args)
+        step = portable_fit.jax_train_step if backend == "jax" else portable_fit.torch_train_step
+        return step(self, state, *args)
+
+    def test_step(self, *args):
+        state = self._compiled_state()
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            return _keras_fit().fit_test_step(state, self, *args)
+        step = portable_fit.jax_test_step if backend == "jax" else portable_fit.torch_test_step
+        return step(self, state, *args)
+
+    @property
+    def metrics(self):
+        return [] if self._fit_state is None else self._fit_state.all_metrics
+
+    def reset_metrics(self):
+        if self._fit_state is None:
+            return
+        if keras.backend.backend() == "tensorflow":
+            _keras_fit().reset(self._fit_state)
+            return
+        for metric in self._fit_state.all_metrics:
+            metric.reset_state()
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        # Keras (TF backend) builds a model created under a strategy by drawing a batch from
+        # fit()'s or evaluate()'s iterator, which then trains from the SECOND batch (and the
+        # data order is no longer run_pretraining.py's). compile() has built the model and the
+        # optimizer already, and the objective has no compiled loss or metrics to build.
+        if self._fit_state is not None and self.built and self.optimizer.built:
+            return
+        super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+
+    def _compiled_state(self):
+        if self._fit_state is None:
+            raise RuntimeError("call compile(optimizer=...) before fit() or evaluate()")
+        return self._fit_state
+
+
+def _keras_fit():
+    """training/keras_fit.py, imported on the TensorFlow backend only: it imports TensorFlow,
+    which the JAX and PyTorch paths must not need."""
+    from electra_tf.training import keras_fit
+
+    return keras_fit
