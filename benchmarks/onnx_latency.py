@@ -65,7 +65,7 @@ def build_export(work: str, model_size: str, vocab_size: int, seq_length: int,
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.pretraining.pretrainer import ElectraPretrainer
+    from electra_tf.training.pretrainer import ElectraPretrainer
     from electra_tf.training import export as pretraining_export
     from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
