@@ -56,13 +56,14 @@ def _add_common_export(parser: argparse.ArgumentParser, with_part: bool) -> None
                              "--output-dir is touched)")
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=formatter,
-                                     epilog="exit status: 0 done, 2 bad input (one line on stderr)")
-    console.add_verbosity_flags(parser)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+def _add_from_google(sub: argparse._SubParsersAction,
+                     formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the from-google subcommand (import Google's TF1 checkpoint).
 
+    Args:
+        sub: the top parser's subparsers action.
+        formatter: the help formatter class every subcommand shares.
+    """
     p = sub.add_parser(
         "from-google", formatter_class=formatter,
         help="import Google's TF1 checkpoint into a model directory",
@@ -90,6 +91,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="replace a previous import in --output-dir (config.json, vocab.txt, "
                         "init_checkpoint/)")
 
+
+def _add_to_hf(sub: argparse._SubParsersAction,
+               formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the to-hf subcommand (export to Hugging Face transformers).
+
+    Args:
+        sub: the top parser's subparsers action.
+        formatter: the help formatter class every subcommand shares.
+    """
     p = sub.add_parser("to-hf", formatter_class=formatter,
                        help="export to Hugging Face transformers (safetensors)",
                        description="Write one network as a transformers directory: the discriminator "
@@ -98,6 +108,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                                    "tokenizer config for AutoTokenizer).")
     _add_common_export(p, with_part=True)
 
+
+def _add_to_keras_hub(sub: argparse._SubParsersAction,
+                      formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the to-keras-hub subcommand (export to a keras-hub preset).
+
+    Args:
+        sub: the top parser's subparsers action.
+        formatter: the help formatter class every subcommand shares.
+    """
     p = sub.add_parser("to-keras-hub", formatter_class=formatter,
                        help="export to a keras-hub ElectraBackbone preset",
                        description="Write one network as a keras_hub.models.ElectraBackbone preset "
@@ -107,6 +126,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                                    "ELECTRA counterpart and stays initialised.")
     _add_common_export(p, with_part=True)
 
+
+def _add_to_google(sub: argparse._SubParsersAction,
+                   formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the to-google subcommand (export to Google's TF1 checkpoint).
+
+    Args:
+        sub: the top parser's subparsers action.
+        formatter: the help formatter class every subcommand shares.
+    """
     p = sub.add_parser("to-google", formatter_class=formatter,
                        help="export to Google's TF1 checkpoint format",
                        description="Write the whole model (generator, discriminator, heads) as a TF1 "
@@ -115,6 +143,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                                    "and every tool that reads it.")
     _add_common_export(p, with_part=False)
 
+
+def _add_to_onnx(sub: argparse._SubParsersAction,
+                 formatter: type[argparse.HelpFormatter]) -> None:
+    """Adds the to-onnx subcommand (export a serving signature to ONNX).
+
+    Args:
+        sub: the top parser's subparsers action.
+        formatter: the help formatter class every subcommand shares.
+    """
     p = sub.add_parser(
         "to-onnx", formatter_class=formatter,
         help="export the discriminator or a fine-tuned model to ONNX",
@@ -146,6 +183,28 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
                    help="ONNX opset to write, 13 to 18 (default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """Builds the command-line parser: the top command and its five subcommands.
+
+    Args:
+        prog: the program name shown in usage lines (INSTALLED_PROG for the console script).
+
+    Returns:
+        The parser; its ``command`` attribute names the chosen subcommand.
+    """
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=formatter,
+                                     epilog="exit status: 0 done, 2 bad input (one line on stderr)")
+    console.add_verbosity_flags(parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # One helper per subcommand, in the order the top --help lists them (argparse keeps
+    # insertion order, so reordering these calls would change the help text).
+    _add_from_google(sub, formatter)
+    _add_to_hf(sub, formatter)
+    _add_to_keras_hub(sub, formatter)
+    _add_to_google(sub, formatter)
+    _add_to_onnx(sub, formatter)
     return parser
 
 
