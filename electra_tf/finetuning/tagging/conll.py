@@ -59,6 +59,67 @@ def check_chunk_tag(tag: str) -> None:
     split_tag(tag)
 
 
+def _line_layout(path: str, number: int, line: str, fields: List[str],
+                 label_column: int) -> Tuple[int, int]:
+    """Fixes the file's field count and tag column from its first word line.
+
+    Args:
+        path: str, for the error message.
+        number: the 1-based line number, for the error message.
+        line: the raw line, quoted in the error message.
+        fields: the line's whitespace-separated fields.
+        label_column: the configured tag field (negative counts from the end).
+
+    Returns:
+        (width, column): the field count every word line must have and the tag's 0-based field.
+
+    Raises:
+        DataFileError: fewer than 2 fields, or the label column is the word or out of range.
+    """
+    width = len(fields)
+    if width < 2:
+        raise DataFileError(f"{path}:{number}: a word line needs at least 2 fields "
+                            f"(word ... tag), got 1: {line.strip()!r}")
+    column = label_column + width if label_column < 0 else label_column
+    if not 1 <= column < width:
+        raise DataFileError(
+            f"{path}:{number}: tagging_label_column {label_column} is "
+            f"{'the word column' if column == 0 else 'not a column'} of this "
+            f"{width}-field line (the tag is a field after the word; -1: the last)")
+    return width, column
+
+
+def _checked_tag(path: str, number: int, line: str, fields: List[str], width: int, column: int,
+                 check_tag: Optional[Callable[[str], None]]) -> str:
+    """Returns a word line's tag after checking its field count and the tag itself.
+
+    Args:
+        path: str, for the error message.
+        number: the 1-based line number, for the error message.
+        line: the raw line, quoted in the error message.
+        fields: the line's whitespace-separated fields.
+        width: the field count of the file's first word line.
+        column: the tag's 0-based field.
+        check_tag: raises TagError on a tag the task refuses (None: any tag).
+
+    Returns:
+        The tag field.
+
+    Raises:
+        DataFileError: a field count unlike the first word line's, or a refused tag.
+    """
+    if len(fields) != width:
+        raise DataFileError(f"{path}:{number}: expected {width} fields like the file's first "
+                            f"word line, got {len(fields)}: {line.strip()!r}")
+    tag = fields[column]
+    if check_tag is not None:
+        try:
+            check_tag(tag)
+        except TagError as e:
+            raise DataFileError(f"{path}:{number}: {e}") from None
+    return tag
+
+
 def read_conll(path: str, max_sentences: Optional[int] = None,
                flush_last_sentence: bool = False, label_column: int = -1,
                check_tag: Optional[Callable[[str], None]] = check_chunk_tag) -> List[Sentence]:
@@ -78,7 +139,7 @@ def read_conll(path: str, max_sentences: Optional[int] = None,
     sentences: List[Sentence] = []
     words, tags, numbers = [], [], []
     first_line = None
-    width = None
+    width = column = None
     lines = decoded_lines(path)
     if lines and lines[-1] == "":
         lines.pop()
@@ -95,28 +156,12 @@ def read_conll(path: str, max_sentences: Optional[int] = None,
         if fields[0] == DOCSTART:
             continue
         if width is None:
-            width = len(fields)
-            if width < 2:
-                raise DataFileError(f"{path}:{number}: a word line needs at least 2 fields "
-                                    f"(word ... tag), got 1: {line.strip()!r}")
-            column = label_column + width if label_column < 0 else label_column
-            if not 1 <= column < width:
-                raise DataFileError(
-                    f"{path}:{number}: tagging_label_column {label_column} is "
-                    f"{'the word column' if column == 0 else 'not a column'} of this "
-                    f"{width}-field line (the tag is a field after the word; -1: the last)")
-        elif len(fields) != width:
-            raise DataFileError(f"{path}:{number}: expected {width} fields like the file's first "
-                                f"word line, got {len(fields)}: {line.strip()!r}")
-        if check_tag is not None:
-            try:
-                check_tag(fields[column])
-            except TagError as e:
-                raise DataFileError(f"{path}:{number}: {e}") from None
+            width, column = _line_layout(path, number, line, fields, label_column)
+        tag = _checked_tag(path, number, line, fields, width, column, check_tag)
         if not words:
             first_line = number
         words.append(fields[0])
-        tags.append(fields[column])
+        tags.append(tag)
         numbers.append(number)
     if words:
         if flush_last_sentence:
