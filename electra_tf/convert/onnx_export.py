@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -236,6 +236,88 @@ def _saved_model_function(path: str, task: Optional[str]):
     return serve, specs, name, labels
 
 
+def _check_arguments(model_dir: str, output: str, opset: int, overwrite: bool) -> None:
+    """Refuses bad arguments before anything heavy is imported or converted.
+
+    Args:
+        model_dir: the --model-dir given.
+        output: the .onnx file to write.
+        opset: ONNX opset to write.
+        overwrite: replace `output` if it exists.
+
+    Raises:
+        ConversionError: an unsupported opset, `output` a directory or existing without
+            `overwrite`, or no `model_dir`.
+    """
+    check_opset(opset)
+    if os.path.isdir(output):
+        raise ConversionError(f"--output {output} is a directory; name the .onnx file to write")
+    if os.path.exists(output) and not overwrite:
+        raise ConversionError(f"--output {output} already exists; pass --overwrite to replace it")
+    if not os.path.isdir(model_dir):
+        raise ConversionError(f"--model-dir {model_dir} does not exist")
+
+
+def _source_function(model_dir: str, task: Optional[str], checkpoint: Optional[str],
+                     metadata: Dict[str, str]) -> Tuple[Any, Any]:
+    """Loads the function to convert, from a SavedModel or a run directory's checkpoint.
+
+    Args:
+        model_dir: a SavedModel directory (version folder resolved) or a run directory.
+        task: which task of a multi-task fine-tuned model (None: its only one).
+        checkpoint: a run directory's checkpoint prefix instead of the latest one.
+        metadata: the ONNX metadata; the source, signature and labels or step are added here.
+
+    Returns:
+        (function, input specs) for convert_function.
+
+    Raises:
+        ConversionError: --checkpoint with a SavedModel, --task with a run directory, or the
+            loaders' errors.
+    """
+    if is_saved_model(model_dir):
+        if checkpoint is not None:
+            raise ConversionError(f"--checkpoint applies to a run directory, not to the SavedModel "
+                                  f"{model_dir}")
+        function, specs, signature, labels = _saved_model_function(model_dir, task)
+        metadata.update({"electra_tf.source": "saved_model", "electra_tf.signature": signature})
+        if labels:
+            metadata["labels"] = json.dumps(labels, ensure_ascii=False)
+    else:
+        if task is not None:
+            raise ConversionError(f"--task applies to a fine-tuned SavedModel; {model_dir} is not one "
+                                  "(no saved_model.pb)")
+        function, specs, step = _discriminator_function(model_dir, checkpoint)
+        metadata.update({"electra_tf.source": "run_directory", "electra_tf.signature": "serving_default",
+                         "electra_tf.step": str(step)})
+    return function, specs
+
+
+def _write_model(model: Any, metadata: Dict[str, str], output: str) -> None:
+    """Stamps the metadata on the ONNX model, checks it and writes it atomically.
+
+    Args:
+        model: the converted onnx.ModelProto.
+        metadata: key/value pairs to store as metadata_props.
+        output: the .onnx file to write (a temporary file, then a rename).
+
+    Raises:
+        ConversionError: `output` cannot be written (one line).
+    """
+    for key, value in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    import onnx
+
+    onnx.checker.check_model(model)
+    try:
+        with atomic.atomic_path(output) as tmp:
+            with open(tmp, "wb") as f:
+                f.write(model.SerializeToString())
+    except OSError as e:
+        raise ConversionError(f"cannot write --output {output} ({error_line(e)})") from None
+
+
 def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
                 checkpoint: Optional[str] = None, opset: int = DEFAULT_OPSET,
                 overwrite: bool = False) -> str:
@@ -257,48 +339,17 @@ def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
     Raises:
         ConversionError: bad input, the [onnx] extra missing or an unconvertible graph (one line).
     """
-    check_opset(opset)
-    if os.path.isdir(output):
-        raise ConversionError(f"--output {output} is a directory; name the .onnx file to write")
-    if os.path.exists(output) and not overwrite:
-        raise ConversionError(f"--output {output} already exists; pass --overwrite to replace it")
-    if not os.path.isdir(model_dir):
-        raise ConversionError(f"--model-dir {model_dir} does not exist")
+    _check_arguments(model_dir, output, opset, overwrite)
     from electra_tf.training.hub import latest_version_dir
 
     # `export/discriminator` (TF Serving's base path) -> its newest version folder.
     model_dir = latest_version_dir(model_dir) or model_dir
     metadata = {"electra_tf.opset": str(opset)}
-    if is_saved_model(model_dir):
-        if checkpoint is not None:
-            raise ConversionError(f"--checkpoint applies to a run directory, not to the SavedModel "
-                                  f"{model_dir}")
-        function, specs, signature, labels = _saved_model_function(model_dir, task)
-        metadata.update({"electra_tf.source": "saved_model", "electra_tf.signature": signature})
-        if labels:
-            metadata["labels"] = json.dumps(labels, ensure_ascii=False)
-    else:
-        if task is not None:
-            raise ConversionError(f"--task applies to a fine-tuned SavedModel; {model_dir} is not one "
-                                  "(no saved_model.pb)")
-        function, specs, step = _discriminator_function(model_dir, checkpoint)
-        metadata.update({"electra_tf.source": "run_directory", "electra_tf.signature": "serving_default",
-                         "electra_tf.step": str(step)})
+    function, specs = _source_function(model_dir, task, checkpoint, metadata)
     logger.info("converting %s (%s) to ONNX opset %d", model_dir, metadata["electra_tf.signature"],
                 opset)
     model = convert_function(function, specs, opset)
-    for key, value in metadata.items():
-        entry = model.metadata_props.add()
-        entry.key, entry.value = key, value
-    import onnx
-
-    onnx.checker.check_model(model)
-    try:
-        with atomic.atomic_path(output) as tmp:
-            with open(tmp, "wb") as f:
-                f.write(model.SerializeToString())
-    except OSError as e:
-        raise ConversionError(f"cannot write --output {output} ({error_line(e)})") from None
+    _write_model(model, metadata, output)
     logger.info("wrote %s (%.1f MB): inputs %s, outputs %s", output, os.path.getsize(output) / 1e6,
                 ", ".join(i.name for i in model.graph.input),
                 ", ".join(o.name for o in model.graph.output))
