@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import NamedTuple, Optional
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from electra_tf.errors import ElectraError
 
@@ -77,6 +77,83 @@ def file_sha256(path: str, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _read_bytes(path: str) -> bytes:
+    """Returns the vocab file's bytes.
+
+    Args:
+        path: str. The vocab file.
+
+    Raises:
+        VocabError: the file is missing or unreadable.
+    """
+    if not os.path.isfile(path):
+        raise VocabError(f"vocab file not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise VocabError(f"cannot read vocab file {path}: {e.strerror}") from e
+
+
+def _decode(path: str, raw: bytes) -> str:
+    """Decodes a token-per-line vocab file's bytes.
+
+    Args:
+        path: str, named in the error message.
+        raw: the file's bytes.
+
+    Returns:
+        The text.
+
+    Raises:
+        VocabError: the bytes are not UTF-8 or start with a UTF-8 byte order mark.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise VocabError(f"vocab file {path} is not UTF-8 (byte offset {e.start})") from e
+    if text.startswith("\ufeff"):  # (an editor's "UTF-8 with BOM"): its first token would be
+        # "\ufeff[PAD]" here and for every other reader of the file (transformers, TF Text)
+        raise VocabError(f"vocab file {path} starts with a UTF-8 byte order mark (BOM, bytes "
+                         "EF BB BF): save it as UTF-8 without a BOM (e.g. sed -i "
+                         "'1s/^\\xEF\\xBB\\xBF//' FILE)")
+    return text
+
+
+def _checked_index(path: str, tokens: Tuple[str, ...]) -> Dict[str, int]:
+    """Maps each token to its id after checking the vocab's invariants.
+
+    Args:
+        path: str, named in the error messages.
+        tokens: the tokens in id order.
+
+    Returns:
+        {token: id}.
+
+    Raises:
+        VocabError: no tokens, a duplicate token, a missing required special token, or [PAD]
+            not id 0.
+    """
+    if not tokens:
+        raise VocabError(f"vocab file {path} is empty")
+    index: Dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        if token in index:
+            raise VocabError(
+                f"vocab file {path}: token {token!r} appears twice (lines {index[token] + 1} and {i + 1})"
+            )
+        index[token] = i
+    missing = [t for t in REQUIRED_TOKENS if t not in index]
+    if missing:
+        raise VocabError(f"vocab file {path} lacks required special token(s): {', '.join(missing)}")
+    if index[PAD_TOKEN] != 0:
+        raise VocabError(
+            f"vocab file {path}: {PAD_TOKEN} must be on the first line (id 0), found at line "
+            f"{index[PAD_TOKEN] + 1}"
+        )
+    return index
+
+
 def load_vocab(path: str) -> Vocab:
     """Reads and validates a BERT-style vocab file, or a SentencePiece model.
 
@@ -93,48 +170,18 @@ def load_vocab(path: str) -> Vocab:
             mark), has duplicate tokens, lacks a
             required special token, or [PAD] is not id 0. The message names the file.
     """
-    if not os.path.isfile(path):
-        raise VocabError(f"vocab file not found: {path}")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise VocabError(f"cannot read vocab file {path}: {e.strerror}") from e
+    raw = _read_bytes(path)
     from electra_tf import sentencepiece_vocab  # imports this module
 
     if sentencepiece_vocab.looks_like_sentencepiece(path, raw[:1]):
         return sentencepiece_vocab.load_sentencepiece_vocab(path, raw)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise VocabError(f"vocab file {path} is not UTF-8 (byte offset {e.start})") from e
-    if text.startswith("\ufeff"):  # (an editor's "UTF-8 with BOM"): its first token would be
-        # "\ufeff[PAD]" here and for every other reader of the file (transformers, TF Text)
-        raise VocabError(f"vocab file {path} starts with a UTF-8 byte order mark (BOM, bytes "
-                         "EF BB BF): save it as UTF-8 without a BOM (e.g. sed -i "
-                         "'1s/^\\xEF\\xBB\\xBF//' FILE)")
+    text = _decode(path, raw)
     # BERT's load_vocab strips each line; a trailing newline does not add an empty token.
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     tokens = tuple(line.strip() for line in lines)
-    if not tokens:
-        raise VocabError(f"vocab file {path} is empty")
-    index = {}
-    for i, token in enumerate(tokens):
-        if token in index:
-            raise VocabError(
-                f"vocab file {path}: token {token!r} appears twice (lines {index[token] + 1} and {i + 1})"
-            )
-        index[token] = i
-    missing = [t for t in REQUIRED_TOKENS if t not in index]
-    if missing:
-        raise VocabError(f"vocab file {path} lacks required special token(s): {', '.join(missing)}")
-    if index[PAD_TOKEN] != 0:
-        raise VocabError(
-            f"vocab file {path}: {PAD_TOKEN} must be on the first line (id 0), found at line "
-            f"{index[PAD_TOKEN] + 1}"
-        )
+    index = _checked_index(path, tokens)
     special = SpecialTokens(
         pad_id=index[PAD_TOKEN],
         unk_id=index[UNK_TOKEN],
