@@ -242,24 +242,32 @@ def _data_dir(output_dir: str) -> str:
     return data_dir
 
 
-def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
-    """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
-    engines: the Beam build learns it on the launcher, before the pipeline)."""
+def _prepare_learned_file(config: BuildConfig, files: Sequence[CorpusFile], flag: str,
+                          path: str, what: str, pass_it: str) -> None:
+    """Checks that `flag` (--learn-vocab / --learn-spm) can read the corpus and may write `path`
+    (the file it learns: `what`), and makes `path`'s directory. `pass_it`: how a user gives such a
+    file instead (the messages of both flags have one shape)."""
     not_plain = next((f for f in files if is_compressed(f.path) or not is_plain_text(f.path)),
                      None) if config.input_format == "text" else None
     if config.input_format != "text" or not_plain is not None:
-        what = f" ({shown_path(not_plain.path)} is not)" if not_plain is not None else ""
-        raise BuildError(f"--learn-vocab reads uncompressed plain-text corpora only{what}; "
-                         "learn the vocab from such a corpus and pass it with --vocab-file")
-    if os.path.exists(config.vocab_file) and not config.overwrite:
-        raise BuildError(
-            f"vocab file {config.vocab_file} exists; pass --overwrite to replace it with a "
-            f"learned vocab, or give another path with --vocab-file")
-    from electra_tf.data.vocab_learning import learn_vocab
-
-    parent = os.path.dirname(config.vocab_file)
+        shown = f" ({shown_path(not_plain.path)} is not)" if not_plain is not None else ""
+        raise BuildError(f"{flag} reads uncompressed plain-text corpora only{shown}; {pass_it}")
+    if os.path.exists(path) and not config.overwrite:
+        raise BuildError(f"{what} {path} exists; pass --overwrite to replace it with a learned "
+                         f"{'vocab' if flag == '--learn-vocab' else 'one'}, or give another path "
+                         f"with {'--vocab-file' if flag == '--learn-vocab' else '--spm-model'}")
+    parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
+
+
+def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
+    """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
+    engines: the Beam build learns it on the launcher, before the pipeline)."""
+    _prepare_learned_file(config, files, "--learn-vocab", config.vocab_file, "vocab file",
+                          "learn the vocab from such a corpus and pass it with --vocab-file")
+    from electra_tf.data.vocab_learning import learn_vocab
+
     logger.info("learning a WordPiece vocab of %d tokens from %d files into %s",
                 config.learn_vocab, len(files), config.vocab_file)
     try:
@@ -271,21 +279,10 @@ def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None
 
 def learn_corpus_spm(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     """--learn-spm: trains a SentencePiece model on the corpus into `config.spm_model`."""
-    not_plain = next((f for f in files if is_compressed(f.path) or not is_plain_text(f.path)),
-                     None) if config.input_format == "text" else None
-    if config.input_format != "text" or not_plain is not None:
-        what = f" ({shown_path(not_plain.path)} is not)" if not_plain is not None else ""
-        raise BuildError(f"--learn-spm reads uncompressed plain-text corpora only{what}; train "
-                         "the model on such a corpus and pass it with --spm-model")
-    if os.path.exists(config.spm_model) and not config.overwrite:
-        raise BuildError(
-            f"SentencePiece model {config.spm_model} exists; pass --overwrite to replace it with "
-            f"a learned one, or give another path with --spm-model")
+    _prepare_learned_file(config, files, "--learn-spm", config.spm_model, "SentencePiece model",
+                          "train the model on such a corpus and pass it with --spm-model")
     from electra_tf.data.spm_learning import learn_spm
 
-    parent = os.path.dirname(config.spm_model)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
     logger.info("training a SentencePiece model of %d pieces on %d files into %s",
                 config.learn_spm, len(files), config.spm_model)
     try:
