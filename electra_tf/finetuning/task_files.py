@@ -38,6 +38,13 @@ def task_directory(raw_data_dir: str, name: str, dir_names: Sequence[str] = ()) 
                         f"(set raw_data_dir, or put the task's files there)")
 
 
+def split_files(directory: str, split: str, extensions: Sequence[str]) -> List[str]:
+    """The files `directory/<split><ext>` that exist, in `extensions`' order (a task whose split
+    may come in several formats refuses more than one, in its own words)."""
+    return [os.path.join(directory, split + ext) for ext in extensions
+            if os.path.isfile(os.path.join(directory, split + ext))]
+
+
 def decoded_lines(path: str) -> List[str]:
     """The file's text split at "\\n", a leading UTF-8 byte-order mark dropped.
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from electra_tf.finetuning.task_files import DataFileError, read_rows, task_directory
+from electra_tf.finetuning.task_files import DataFileError, read_rows, split_files, task_directory
 
 TEXT_COLUMN = "text"
 TEXT_B_COLUMN = "text_b"
@@ -140,8 +140,7 @@ def split_file(task_dir: str, split: str, glue: Optional[GlueLayout]) -> Optiona
         name = {"train": "train.tsv", "dev": glue.dev_file, "test": glue.test_file}[split]
         path = os.path.join(task_dir, name)
         return path if os.path.isfile(path) else None
-    found = [os.path.join(task_dir, split + ext) for ext in GENERIC_EXTENSIONS
-             if os.path.isfile(os.path.join(task_dir, split + ext))]
+    found = split_files(task_dir, split, GENERIC_EXTENSIONS)
     if len(found) > 1:
         raise DataFileError(f"{task_dir}: both {split}.tsv and {split}.csv exist; keep one")
     return found[0] if found else None

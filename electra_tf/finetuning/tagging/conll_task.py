@@ -27,7 +27,7 @@ from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning.task import EvalSet, FeatureSpec, FinetuningTask, ScoreContext, TAGGING
 from electra_tf.finetuning.tagging import features as features_lib
 from electra_tf.finetuning.tagging.conll import DEBUG_MAX_SENTENCES, Sentence, read_conll
-from electra_tf.finetuning.task_files import DataFileError, task_directory
+from electra_tf.finetuning.task_files import DataFileError, split_files, task_directory
 
 logger = logging.getLogger("electra_tf")
 
@@ -41,8 +41,7 @@ def split_file(directory: str, split: str) -> Optional[str]:
     Raises:
         DataFileError: both exist (which one is meant is unclear).
     """
-    found = [os.path.join(directory, split + ext) for ext in EXTENSIONS
-             if os.path.isfile(os.path.join(directory, split + ext))]
+    found = split_files(directory, split, EXTENSIONS)
     if len(found) > 1:
         raise DataFileError(f"{found[0]} and {found[1]} both exist: keep one")
     return found[0] if found else None
