@@ -21,6 +21,7 @@ from electra_tf.finetuning.tagging.metrics import entity_f1, token_accuracy
 from electra_tf.finetuning.tagging.serving import EntityDecoder, TaggingEncoder, tagging_serving
 from electra_tf.finetuning.task import ScoreContext
 from electra_tf.finetuning.task_files import DataFileError
+from tests.finetuning.test_finetuning_tagging import assert_encoded_like_features
 from tests.finetuning_fixtures import tiny_pretrained, tokenizer_for, write_vocab
 
 seqeval_metrics = pytest.importorskip("seqeval.metrics")
@@ -207,14 +208,7 @@ def test_serving_features_equal_the_training_features(tokenizer, official):
                                         special.cls_id, special.sep_id, official)
         encoder = TaggingEncoder(tokenizer, length, official_truncation=official)
         graph = encoder.encode(tf.constant([" ".join(s) for s in sentences]))
-        for i in range(len(sentences)):
-            n = int(python["input_mask"][i].sum())
-            np.testing.assert_array_equal(graph["input_ids"][i][:n], python["input_ids"][i][:n])
-            assert int(graph["input_mask"][i].numpy().sum()) == n
-            k = int(python["labels_mask"][i].sum())
-            assert int(graph["num_tagged"][i]) == k
-            np.testing.assert_array_equal(graph["labeled_positions"][i][:k],
-                                          python["labeled_positions"][i][:k])
+        assert_encoded_like_features(graph, python, len(sentences))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -158,6 +158,19 @@ def test_tag6_words_are_lower_cased_whatever_the_model_does(tmp_path, tokenizer)
     assert [vocab[i] for i in ids[:4]] == ["[CLS]", "[UNK]", "[UNK]", "[SEP]"]
 
 
+def assert_encoded_like_features(graph, python, num_sentences: int) -> None:
+    """The in-graph encoder's ids, mask, tagged count and labeled positions equal the Python
+    features' for each of the first `num_sentences` rows (test_finetuning_ner.py uses it too)."""
+    for i in range(num_sentences):
+        n = int(python["input_mask"][i].sum())
+        np.testing.assert_array_equal(graph["input_ids"][i][:n], python["input_ids"][i][:n])
+        assert int(graph["input_mask"][i].numpy().sum()) == n
+        k = int(python["labels_mask"][i].sum())
+        assert int(graph["num_tagged"][i]) == k
+        np.testing.assert_array_equal(graph["labeled_positions"][i][:k],
+                                      python["labeled_positions"][i][:k])
+
+
 def test_serving_features_equal_the_training_features_on_real_text(tmp_path):
     need_real_data()
     from electra_tf.data.tokenization import Tokenizer
@@ -174,14 +187,7 @@ def test_serving_features_equal_the_training_features_on_real_text(tmp_path):
     for length in (9, 24, 64):
         python = _features(tokenizer, sentences, length)
         graph = TaggingEncoder(tokenizer, length).encode(tf.constant([" ".join(s) for s in sentences]))
-        for i in range(len(sentences)):
-            n = int(python["input_mask"][i].sum())
-            np.testing.assert_array_equal(graph["input_ids"][i][:n], python["input_ids"][i][:n])
-            assert int(graph["input_mask"][i].numpy().sum()) == n
-            k = int(python["labels_mask"][i].sum())
-            assert int(graph["num_tagged"][i]) == k
-            np.testing.assert_array_equal(graph["labeled_positions"][i][:k],
-                                          python["labeled_positions"][i][:k])
+        assert_encoded_like_features(graph, python, len(sentences))
 
 
 # ------------------------------------------------------------------------------------------------
