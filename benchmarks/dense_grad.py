@@ -5,7 +5,7 @@ QKV, attention output, FFN in, FFN out; rows = batch x seq tokens), times in ONE
 alternating so that load changes hit all variants alike:
 
   dx matmul   tf.matmul(dy, W, transpose_b=True)   what TensorFlow's MatMul gradient runs
-  dx einsum   tf.einsum("ij,kj->ik", dy, W)        `fused.DENSE_GRAD = "einsum"` (the default)
+  dx einsum   tf.einsum("ij,kj->ik", dy, W)        `kernel_settings.DENSE_GRAD = "einsum"` (the default)
   dW          tf.matmul(x, dy, transpose_a=True)   the kernel gradient (the same either way)
   forward     tf.matmul(x, W)                      the forward product, for reference
 

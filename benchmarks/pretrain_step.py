@@ -234,12 +234,12 @@ def parse_kernel_variant(spec):
     """"xla/hash/hash/einsum" -> {"kernels": "xla", "dropout_rng": "hash", "sampling_rng": "hash",
     "dense_grad": "einsum"} (electra_tf.modeling.fused); the parts after the second may be left
     out (the library defaults)."""
-    from electra_tf.modeling import fused
+    from electra_tf.modeling import kernel_settings
 
     parts = spec.split("/")
     keys = ("kernels", "dropout_rng", "sampling_rng", "dense_grad")
-    choices = (fused.KERNEL_CHOICES, fused.DROPOUT_RNG_CHOICES, fused.SAMPLING_RNG_CHOICES,
-               fused.DENSE_GRAD_CHOICES)
+    choices = (kernel_settings.KERNEL_CHOICES, kernel_settings.DROPOUT_RNG_CHOICES, kernel_settings.SAMPLING_RNG_CHOICES,
+               kernel_settings.DENSE_GRAD_CHOICES)
     if not 2 <= len(parts) <= len(keys) or any(p not in c for p, c in zip(parts, choices)):
         raise argparse.ArgumentTypeError(
             f"kernel variant {spec!r}: expected KERNELS/DROPOUT_RNG[/SAMPLING_RNG[/DENSE_GRAD]] with "
@@ -253,7 +253,7 @@ def worker_electra_tf(args):
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.modeling import fused
+    from electra_tf.modeling import kernel_settings
     from electra_tf.training import train_step
     from electra_tf.training.trainer import Trainer
 
@@ -289,11 +289,11 @@ def worker_electra_tf(args):
             return run_window
 
         for variant in variants:
-            name = variant or (f"{fused.KERNELS}/{fused.DROPOUT_RNG}/{fused.SAMPLING_RNG}/"
-                               f"{fused.DENSE_GRAD}")
+            name = variant or (f"{kernel_settings.KERNELS}/{kernel_settings.DROPOUT_RNG}/{kernel_settings.SAMPLING_RNG}/"
+                               f"{kernel_settings.DENSE_GRAD}")
             options = parse_kernel_variant(variant) if variant else {}
             losses[name] = []
-            with fused.kernel_options(**options):
+            with kernel_settings.kernel_options(**options):
                 # The loop Trainer.train() runs (one compiled call per `iterations_per_loop`
                 # steps), called directly so that no checkpoint or summary write lands in a timed
                 # window; traced (with these kernel options) by its first call.

@@ -1,7 +1,7 @@
 """Benchmark: the generator's Gumbel-max sampling, one noise stream against the other.
 
 Times `electra_tf.pretraining.sampling.sample_ids` (graph mode, float32 logits [batch, N, vocab],
-per-example seeds) under each `fused.SAMPLING_RNG` choice in ONE process, calls alternating
+per-example seeds) under each `kernel_settings.SAMPLING_RNG` choice in ONE process, calls alternating
 (philox, hash, philox, hash, ...) so that load changes hit both alike, and prints the median and
 minimum milliseconds per call. The training step's own A/B is `pretrain_step.py
 --electra-tf-kernels xla/hash/philox,xla/hash/hash`; this isolates the sampler.
@@ -38,7 +38,7 @@ def main(argv=None):
 
     import tensorflow as tf
 
-    from electra_tf.modeling import fused
+    from electra_tf.modeling import kernel_settings
     from electra_tf.pretraining import sampling, seeds
 
     print(f"tensorflow {tf.__version__}, load {os.getloadavg()[0]:.2f}")
@@ -47,8 +47,8 @@ def main(argv=None):
         example_seeds = seeds.example_seeds(tf.constant([1, 2], tf.int64), 0, batch,
                                             seeds.SAMPLING_SALT)
         functions = {}
-        for rng in fused.SAMPLING_RNG_CHOICES:
-            with fused.kernel_options(sampling_rng=rng):  # read when the function is traced
+        for rng in kernel_settings.SAMPLING_RNG_CHOICES:
+            with kernel_settings.kernel_options(sampling_rng=rng):  # read when the function is traced
                 functions[rng] = tf.function(lambda l, s: sampling.sample_ids(l, seeds=s))
                 functions[rng](logits, example_seeds).numpy()
         calls = {rng: (lambda f=function: f(logits, example_seeds))

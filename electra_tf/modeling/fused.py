@@ -26,8 +26,8 @@ matmul(dy, kernel, transpose_b=True); "einsum" computes the same product as
 the transposed-operand MatMul runs the FFN's [tokens, 1024] x [256, 1024]^T at ~156 GFLOP/s and
 the einsum at ~210 (the forward product's speed; `benchmarks/dense_grad.py`, docs/benchmarks.md).
 
-All four switches live in kernel_settings.py (re-exported here, so `fused.configure`,
-`fused.kernel_options` and `fused.KERNELS` keep working) and are read when a model is traced.
+All four switches live in kernel_settings.py, TensorFlow-free (`kernel_settings.configure`,
+`kernel_options`, `KERNELS`, ...), and are read when a model is traced.
 
 GPU and TPU: the hash is plain 32-bit integer arithmetic and the clusters ordinary XLA
 functions, so every combination runs there unchanged. tests/training/test_speed_equivalence.py
@@ -38,46 +38,11 @@ rounding.
 from __future__ import annotations
 
 import functools
-import sys
-import types
 
 import keras
 import tensorflow as tf
 
 from electra_tf.modeling import kernel_settings
-from electra_tf.modeling.kernel_settings import (  # noqa: F401  (re-exported, see below)
-    DEFAULT_DENSE_GRAD,
-    DEFAULT_DROPOUT_RNG,
-    DEFAULT_KERNELS,
-    DEFAULT_SAMPLING_RNG,
-    DENSE_GRAD_CHOICES,
-    DROPOUT_RNG_CHOICES,
-    KERNEL_CHOICES,
-    SAMPLING_RNG_CHOICES,
-    configure,
-    kernel_options,
-    use_xla,
-)
-
-# The switches (KERNELS, DROPOUT_RNG, SAMPLING_RNG, DENSE_GRAD) and their choices, defaults,
-# `configure`, `kernel_options` and `use_xla` are defined once, TensorFlow-free, in
-# kernel_settings.py, and re-exported here. The four switches are properties of this module's
-# class, so `fused.KERNELS` reads and `fused.KERNELS = ...` (or pytest's monkeypatch.setattr,
-# which restores a data descriptor by assignment) writes kernel_settings' one definition.
-def _forwarded(name: str) -> property:
-    return property(lambda module: getattr(kernel_settings, name),
-                    lambda module, value: setattr(kernel_settings, name, value),
-                    doc=f"`kernel_settings.{name}`.")
-
-
-class _SettingsForwarding(types.ModuleType):
-    KERNELS = _forwarded("KERNELS")
-    DROPOUT_RNG = _forwarded("DROPOUT_RNG")
-    SAMPLING_RNG = _forwarded("SAMPLING_RNG")
-    DENSE_GRAD = _forwarded("DENSE_GRAD")
-
-
-sys.modules[__name__].__class__ = _SettingsForwarding
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import kernel_settings
 from electra_tf.modeling.embeddings import ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
@@ -184,7 +184,7 @@ def test_encoder_matches_official_reference_with_padding(loaded):
     assert out["sequence_output"].dtype == tf.float32
 
 
-@pytest.mark.parametrize("kernels", fused.KERNEL_CHOICES)
+@pytest.mark.parametrize("kernels", kernel_settings.KERNEL_CHOICES)
 def test_training_call_without_dropout_matches_official_reference(kernels):
     # Training calls run other kernels than the eval call above (modeling/fused.py: XLA
     # elementwise clusters by default); with dropout off they compute the official function too.
@@ -192,7 +192,7 @@ def test_training_call_without_dropout_matches_official_reference(kernels):
     w = official_weights(CFG, np.random.default_rng(7))
     ids, mask, seg = batch_with_padding(np.random.default_rng(1))
     expected = ref_encoder(w, cfg, ids, mask, seg)
-    with fused.kernel_options(kernels, "hash"):
+    with kernel_settings.kernel_options(kernels, "hash"):
         encoder = ElectraEncoder(**cfg)
         load_official(encoder, w)
         out = encoder(as_inputs(ids, mask, seg), training=True)["sequence_output"].numpy()
@@ -295,7 +295,7 @@ def test_discriminator_head_matches_official(training):
                        (head.dense_1.bias, b2)):
         var.assign(value.astype(np.float32))
     expected = (ref_gelu(seq @ k1 + b1) @ k2 + b2)[..., 0]
-    with fused.kernel_options("xla"):
+    with kernel_settings.kernel_options("xla"):
         logits = head(tf.constant(seq, tf.float32), training=training)
     assert logits.shape == (2, 5) and logits.dtype == tf.float32
     np.testing.assert_allclose(logits.numpy(), expected, atol=ATOL, rtol=0)

@@ -1,6 +1,6 @@
 """Gumbel-max sampling by index and the discriminator input (checklist items 21, 22).
 
-Every test runs with both Gumbel noise streams (`fused.SAMPLING_RNG` "philox" and "hash"), except
+Every test runs with both Gumbel noise streams (`kernel_settings.SAMPLING_RNG` "philox" and "hash"), except
 the two that pin one stream's exact formula.
 """
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.modeling import fused
+from electra_tf.modeling import kernel_settings
 from electra_tf.pretraining import masking, sampling, seeds as seeds_lib
 from electra_tf.vocab import SpecialTokens
 
@@ -17,9 +17,9 @@ SPECIAL = SpecialTokens(pad_id=0, unk_id=100, cls_id=101, sep_id=102, mask_id=10
 SEED = tf.constant([99, 1], tf.int32)
 
 
-@pytest.fixture(autouse=True, params=fused.SAMPLING_RNG_CHOICES)
+@pytest.fixture(autouse=True, params=kernel_settings.SAMPLING_RNG_CHOICES)
 def sampling_rng(request):
-    with fused.kernel_options(sampling_rng=request.param):
+    with kernel_settings.kernel_options(sampling_rng=request.param):
         yield request.param
 
 

@@ -34,7 +34,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import dropout_streams, encoder, fused, xla_clusters
+from electra_tf.modeling import dropout_streams, encoder, fused, kernel_settings, xla_clusters
 from electra_tf.pretraining import losses, sampling
 from electra_tf.training import optimization, optimizers
 from electra_tf.training.pretrainer import ElectraPretrainer
@@ -63,8 +63,8 @@ def _unoptimised(monkeypatch):
         m.setattr(encoder, "FUSED_BLOCK", False)
         m.setattr(losses, "_softmax_cross_entropy", _reference_cross_entropy)
         m.setattr(optimizers, "_fusable_handles", lambda *args: None)
-        m.setattr(fused, "KERNELS", "tf")
-        m.setattr(fused, "DROPOUT_RNG", "philox")  # keras' own Dropout draws
+        m.setattr(kernel_settings, "KERNELS", "tf")
+        m.setattr(kernel_settings, "DROPOUT_RNG", "philox")  # keras' own Dropout draws
         yield
 
 
@@ -114,7 +114,7 @@ def _run(steps, policy):
 
 def test_fused_float32_run_matches_unoptimised_run(monkeypatch):
     # Every optimisation on (XLA clusters too), with keras' dropout stream so the masks match.
-    with fused.kernel_options("xla", "philox"):
+    with kernel_settings.kernel_options("xla", "philox"):
         fast, fast_weights = _run(3, "float32")
     with _unoptimised(monkeypatch):
         slow, slow_weights = _run(3, "float32")
@@ -126,7 +126,7 @@ def test_fused_float32_run_matches_unoptimised_run(monkeypatch):
 
 
 def test_fused_bfloat16_run_tracks_unoptimised_run(monkeypatch):
-    with fused.kernel_options("xla", "philox"):
+    with kernel_settings.kernel_options("xla", "philox"):
         fast, _ = _run(2, "mixed_bfloat16")
     with _unoptimised(monkeypatch):
         slow, _ = _run(2, "mixed_bfloat16")
@@ -139,9 +139,9 @@ def test_fused_kernels_are_the_default():
     assert encoder.FUSED_BLOCK is True
     # Chosen on the kernel A/B of docs/benchmarks.md (issue 19: the op time outside the matmuls
     # roughly halves) and equal to float rounding (below).
-    assert (fused.DEFAULT_KERNELS, fused.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
-    assert fused.DEFAULT_SAMPLING_RNG == "hash"
-    assert fused.DEFAULT_DENSE_GRAD == "einsum"
+    assert (kernel_settings.DEFAULT_KERNELS, kernel_settings.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
+    assert kernel_settings.DEFAULT_SAMPLING_RNG == "hash"
+    assert kernel_settings.DEFAULT_DENSE_GRAD == "einsum"
 
 
 def _unfused_hash_scores(logits, keys, temperature, disallow_ids):
@@ -152,7 +152,7 @@ def _unfused_hash_scores(logits, keys, temperature, disallow_ids):
 
 
 def test_fused_hash_sampling_run_matches_op_by_op_sampling(monkeypatch):
-    with fused.kernel_options(sampling_rng="hash"):
+    with kernel_settings.kernel_options(sampling_rng="hash"):
         fast, fast_weights = _run(3, "float32")
         with monkeypatch.context() as m:
             m.setattr(sampling, "_compiled_scores", lambda: _unfused_hash_scores)
@@ -161,7 +161,7 @@ def test_fused_hash_sampling_run_matches_op_by_op_sampling(monkeypatch):
     np.testing.assert_allclose(fast, slow, rtol=1e-6)
     for a, b in zip(fast_weights, slow_weights):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
-    with fused.kernel_options(sampling_rng="philox"):
+    with kernel_settings.kernel_options(sampling_rng="philox"):
         philox, _ = _run(3, "float32")
     # Another stream: other samples, so other losses (the first step's MLM loss only depends on
     # the masks, not on the samples), of the same size.
@@ -192,8 +192,8 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
             loss = tf.reduce_sum(y * tf.random.stateless_normal(tf.shape(y), [3, 4]))
         return y.numpy(), [g.numpy() for g in tape.gradient(loss, layer.trainable_variables)]
 
-    monkeypatch.setattr(fused, "KERNELS", "tf")  # issue 5's op-by-op block, keras' masks
-    monkeypatch.setattr(fused, "DROPOUT_RNG", "philox")
+    monkeypatch.setattr(kernel_settings, "KERNELS", "tf")  # issue 5's op-by-op block, keras' masks
+    monkeypatch.setattr(kernel_settings, "DROPOUT_RNG", "philox")
     fast_y, fast_g = forward()
     for v, s in zip(layer.non_trainable_variables, state):
         v.assign(s)  # rewind the dropout seed generators: the same masks again
@@ -236,9 +236,9 @@ def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, m
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("rng", ["hash", pytest.param("philox", marks=pytest.mark.slow)])
 def test_xla_kernels_float32_run_matches_op_by_op_run(rng):
-    with fused.kernel_options("xla", rng):
+    with kernel_settings.kernel_options("xla", rng):
         fast, fast_weights = _run(3, "float32")
-    with fused.kernel_options("tf", rng):
+    with kernel_settings.kernel_options("tf", rng):
         slow, slow_weights = _run(3, "float32")
     # Same masks (the same draws, or the same hash), samples and dropout: float rounding only.
     np.testing.assert_allclose(fast, slow, rtol=2e-5)
@@ -249,9 +249,9 @@ def test_xla_kernels_float32_run_matches_op_by_op_run(rng):
 
 @pytest.mark.slow
 def test_xla_kernels_bfloat16_run_tracks_op_by_op_run():
-    with fused.kernel_options("xla", "hash"):
+    with kernel_settings.kernel_options("xla", "hash"):
         fast, _ = _run(2, "mixed_bfloat16")
-    with fused.kernel_options("tf", "hash"):
+    with kernel_settings.kernel_options("tf", "hash"):
         slow, _ = _run(2, "mixed_bfloat16")
     # The clusters do their elementwise math in float32 (op by op: bfloat16): a looser tolerance.
     np.testing.assert_allclose(fast, slow, rtol=3e-2)
@@ -267,15 +267,15 @@ def _layer_forward_backward(layer, x, mask, training):
     return tf.cast(y, tf.float32), [tf.cast(g, tf.float32) for g in grads]
 
 
-@pytest.mark.parametrize("dense_grad", fused.DENSE_GRAD_CHOICES)
-@pytest.mark.parametrize("rng", fused.DROPOUT_RNG_CHOICES)
+@pytest.mark.parametrize("dense_grad", kernel_settings.DENSE_GRAD_CHOICES)
+@pytest.mark.parametrize("rng", kernel_settings.DROPOUT_RNG_CHOICES)
 def test_xla_block_matches_op_by_op_block_with_padding(rng, dense_grad):
     layer, x, mask, state = _padded_dropout_block()
     results = {}
-    for kernels in fused.KERNEL_CHOICES:
+    for kernels in kernel_settings.KERNEL_CHOICES:
         for v, s in zip(layer.non_trainable_variables, state):
             v.assign(s)  # rewind the dropout seed generators: the same masks again
-        with fused.kernel_options(kernels, rng, dense_grad=dense_grad):
+        with kernel_settings.kernel_options(kernels, rng, dense_grad=dense_grad):
             y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
         results[kernels] = (y.numpy(), [g.numpy() for g in grads])
     (fast_y, fast_g), (slow_y, slow_g) = results["xla"], results["tf"]
@@ -292,12 +292,12 @@ def test_hash_dropout_is_another_stream_of_the_same_block():
     x = tf.random.stateless_normal([4, 16, 32], [1, 2])
     state = [v.numpy() for v in layer.non_trainable_variables]
     out = {}
-    for rng in fused.DROPOUT_RNG_CHOICES:
+    for rng in kernel_settings.DROPOUT_RNG_CHOICES:
         for v, s in zip(layer.non_trainable_variables, state):
             v.assign(s)
-        with fused.kernel_options("xla", rng):
+        with kernel_settings.kernel_options("xla", rng):
             out[rng] = layer(x, training=True).numpy()
-    with fused.kernel_options("xla"):
+    with kernel_settings.kernel_options("xla"):
         clean = layer(x, training=False).numpy()
     # Other masks from the same seed generators, the same amount of dropout noise.
     assert not np.allclose(out["hash"], out["philox"], atol=1e-3)
@@ -309,8 +309,8 @@ def test_hash_dropout_is_another_stream_of_the_same_block():
 def test_xla_block_half_precision_is_finite_and_tracks_op_by_op(policy):
     out = {}
     with _half_precision_block(policy) as (layer, x, mask):
-        for kernels in fused.KERNEL_CHOICES:
-            with fused.kernel_options(kernels):
+        for kernels in kernel_settings.KERNEL_CHOICES:
+            with kernel_settings.kernel_options(kernels):
                 y, grads = tf.function(_layer_forward_backward)(layer, x, mask, True)
             out[kernels] = [y.numpy()] + [g.numpy() for g in grads]
     for a, b in zip(out["xla"], out["tf"]):
@@ -334,7 +334,7 @@ def test_xla_clusters_run_in_training_calls_only():
                                    embedding_size=16)
     ids = tf.ones([2, 8], tf.int32)
     inputs = {"input_ids": ids, "input_mask": ids, "segment_ids": ids * 0}
-    with fused.kernel_options("xla"):
+    with kernel_settings.kernel_options("xla"):
         traced = {training: tf.function(lambda: model(inputs, training=training)
                                          ["sequence_output"]).get_concrete_function()
                   for training in (False, True)}
@@ -366,7 +366,7 @@ def test_xla_kernels_under_mirrored_strategy_match_one_device(mirrored_strategy)
     batch = _batch()
     dataset = tf.data.Dataset.from_tensors(batch).unbatch().batch(DIST_BATCH)
     dist_batch = next(iter(strategy.experimental_distribute_dataset(dataset)))
-    with fused.kernel_options("xla", "hash"):
+    with kernel_settings.kernel_options("xla", "hash"):
         # Training calls (the XLA clusters) without dropout: exactly the one-device step.
         keras.utils.set_random_seed(3)
         single = build(0.0)
@@ -455,7 +455,7 @@ def test_hash_dropout_follows_the_layer_seed_generator():
     layer.build((4, 8))
     x = tf.ones([4, 8])
     state = layer.seed_generator.state.numpy()
-    with fused.kernel_options(dropout_rng="hash"):
+    with kernel_settings.kernel_options(dropout_rng="hash"):
         first = dropout_streams.dropout(x, layer, True).numpy()
         second = dropout_streams.dropout(x, layer, True).numpy()
         layer.seed_generator.state.assign(state)
@@ -468,19 +468,19 @@ def test_hash_dropout_follows_the_layer_seed_generator():
 
 def test_kernel_switches_reject_unknown_choices():
     with pytest.raises(ValueError, match="kernels must be one of"):
-        fused.configure(kernels="cuda")
+        kernel_settings.configure(kernels="cuda")
     with pytest.raises(ValueError, match="dropout_rng must be one of"):
-        fused.configure(dropout_rng="threefry")
-    before = fused.KERNELS
+        kernel_settings.configure(dropout_rng="threefry")
+    before = kernel_settings.KERNELS
     with pytest.raises(ValueError, match="sampling_rng must be one of"):
-        fused.configure(kernels="tf" if before == "xla" else "xla", sampling_rng="threefry")
-    assert fused.KERNELS in fused.KERNEL_CHOICES and fused.DROPOUT_RNG in fused.DROPOUT_RNG_CHOICES
-    assert fused.KERNELS == before  # a rejected call changes nothing
-    assert fused.SAMPLING_RNG in fused.SAMPLING_RNG_CHOICES
-    dense_before = fused.DENSE_GRAD
+        kernel_settings.configure(kernels="tf" if before == "xla" else "xla", sampling_rng="threefry")
+    assert kernel_settings.KERNELS in kernel_settings.KERNEL_CHOICES and kernel_settings.DROPOUT_RNG in kernel_settings.DROPOUT_RNG_CHOICES
+    assert kernel_settings.KERNELS == before  # a rejected call changes nothing
+    assert kernel_settings.SAMPLING_RNG in kernel_settings.SAMPLING_RNG_CHOICES
+    dense_before = kernel_settings.DENSE_GRAD
     with pytest.raises(ValueError, match="dense_grad must be one of matmul, einsum, got 'bmm'"):
-        fused.configure(dense_grad="bmm")
-    assert fused.DENSE_GRAD == dense_before
+        kernel_settings.configure(dense_grad="bmm")
+    assert kernel_settings.DENSE_GRAD == dense_before
 
 
 def _op_types(concrete):
@@ -490,7 +490,7 @@ def _op_types(concrete):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("dense_grad", fused.DENSE_GRAD_CHOICES)
+@pytest.mark.parametrize("dense_grad", kernel_settings.DENSE_GRAD_CHOICES)
 def test_dense_matmul_value_and_gradients_are_tensorflows(dense_grad, dtype):
     x = tf.cast(tf.random.stateless_normal([24, 16], [1, 2]), dtype)
     kernel = tf.cast(tf.random.stateless_normal([16, 40], [3, 4]), dtype)
@@ -502,7 +502,7 @@ def test_dense_matmul_value_and_gradients_are_tensorflows(dense_grad, dtype):
             y = product(x, kernel)
         return [y] + tape.gradient(y, [x, kernel], output_gradients=upstream)
 
-    with fused.kernel_options(dense_grad=dense_grad):
+    with kernel_settings.kernel_options(dense_grad=dense_grad):
         fast_fn = tf.function(lambda x, k: forward_backward(fused.matmul, x, k))
         fast = fast_fn(x, kernel)
     reference = tf.function(lambda x, k: forward_backward(tf.matmul, x, k))(x, kernel)
