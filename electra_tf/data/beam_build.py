@@ -170,7 +170,29 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
     gfile = tf.io.gfile
     _check_output_dir(gfile, config.output_dir, config.overwrite)
     files, vocab, plan = _prepare(gfile, config)
-    spec = _pack_spec(config, vocab, plan)
+    result, phases, totals, shards, eval_split = _build_shards(
+        beam, runner, options, gfile, config, files, _pack_spec(config, vocab, plan), plan)
+    runner_entry = _runner_entry(beam, runner, beam_args, result, totals, len(files))
+    manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
+                              time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry,
+                              eval_split=eval_split)
+    manifest["shuffle"] = {"method": "global", "engine": "beam",
+                           "sort": "GroupByKey per shard, each shard sorted in worker memory"}
+    try:
+        _write_atomic(gfile, config.output_dir, MANIFEST_NAME,
+                      json.dumps(manifest, indent=2) + "\n")
+    except (OSError, tf.errors.OpError) as e:
+        raise write_error(e, MANIFEST_NAME, config.output_dir) from None
+    local_builder.log_summary(config, manifest)
+    return manifest
+
+
+def _build_shards(beam, runner: str, options, gfile, config, files: List[CorpusFile], spec,
+                  plan: BeamPlan):
+    """Runs the pipeline and installs the shards (on failure: removes the work dir and an output
+    dir it made). Returns (Beam result, phase seconds, totals, shards, eval split summary)."""
+    import tensorflow as tf
+
     logger.info("building from %d files (~%.1f MB of text) in %s with Beam's %s into %s",
                 len(files), sum(estimated_text_bytes(f) for f in files) / 1e6,
                 config.corpus_dir, runner, config.output_dir)
@@ -192,19 +214,7 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
             raise write_error(e, "the dataset", config.output_dir) from None
         raise
     gfile.rmtree(plan.work_dir)
-    runner_entry = _runner_entry(beam, runner, beam_args, result, totals, len(files))
-    manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
-                              time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry,
-                              eval_split=eval_split)
-    manifest["shuffle"] = {"method": "global", "engine": "beam",
-                           "sort": "GroupByKey per shard, each shard sorted in worker memory"}
-    try:
-        _write_atomic(gfile, config.output_dir, MANIFEST_NAME,
-                      json.dumps(manifest, indent=2) + "\n")
-    except (OSError, tf.errors.OpError) as e:
-        raise write_error(e, MANIFEST_NAME, config.output_dir) from None
-    local_builder.log_summary(config, manifest)
-    return manifest
+    return result, phases, totals, shards, eval_split
 
 
 def _prepare(gfile, config):

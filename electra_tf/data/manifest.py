@@ -90,28 +90,49 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
     `plan` the builder's plan (process and shard counts, bucket layouts); `runner` names the
     engine that ran the build (default: the local builder); `eval_split` describes the
     held-out split (`split.SplitPlan.summary`)."""
-    splits, read = totals.pack.splits, totals.read
-    total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
-    for stats in splits.values():
-        total.add(stats)
-
-    def split_entry(split: str) -> dict:
-        entry = dataclasses.asdict(splits[split])
-        entry["single_segment_fraction"] = splits[split].single_segment / max(
-            splits[split].examples, 1)
-        entry["shards"] = shards[split]
-        return entry
-
-    per_second = 1.0 / max(elapsed, 1e-9)
-    tokenized = totals.pack.tokenized_tokens
+    splits = totals.pack.splits
+    total = _all_splits_stats(splits)
+    # The key order is the order manifest.json lists them in; the helpers keep it.
     return {
         "format_version": MANIFEST_FORMAT_VERSION,
         "features": {name: ["int64", config.max_seq_length] for name in FEATURE_NAMES},
         "max_seq_length": config.max_seq_length,
-        "vocab": {"path": config.vocab_file, "sha256": vocab.sha256, "size": vocab.size,
-                  "kind": vocab.kind,
-                  "learned": config.learn_vocab is not None or config.learn_spm is not None,
-                  "special_ids": vocab.special._asdict()},
+        "vocab": _vocab_entry(config, vocab),
+        **_input_settings(config, eval_split),
+        **_run_layout(config, plan, runner),
+        "splits": {"train": _split_entry(splits["train"], shards["train"]),
+                   "eval": _split_entry(splits["eval"], shards["eval"])},
+        "counts": _counts(num_files, totals, total),
+        "input_problems": totals.problems,
+        "inputs_file": inputs_name,
+        "length_histogram": {"bucket_width": HISTOGRAM_BUCKET_WIDTH,
+                             "counts": total.length_histogram},
+        "single_segment_fraction": total.single_segment / max(total.examples, 1),
+        "command": config.command,
+        "versions": versions(),
+        **_timing(started_at, elapsed, phases, totals, total),
+    }
+
+
+def _all_splits_stats(splits: Dict[str, SplitStats]) -> SplitStats:
+    """The per-split stats summed over the splits."""
+    total = SplitStats(length_histogram=[0] * len(splits["train"].length_histogram))
+    for stats in splits.values():
+        total.add(stats)
+    return total
+
+
+def _vocab_entry(config, vocab: Vocab) -> dict:
+    """`vocab`: the file, its checksum, size and kind, whether the build learned it, special ids."""
+    return {"path": config.vocab_file, "sha256": vocab.sha256, "size": vocab.size,
+            "kind": vocab.kind,
+            "learned": config.learn_vocab is not None or config.learn_spm is not None,
+            "special_ids": vocab.special._asdict()}
+
+
+def _input_settings(config, eval_split: Optional[dict]) -> dict:
+    """How the corpus was read, normalised and split (top-level manifest entries)."""
+    return {
         "do_lower_case": config.do_lower_case,
         "strip_accents": config.strip_accents,
         "input_format": config.input_format,
@@ -122,6 +143,12 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "eval_fraction": config.eval_fraction,
         "eval_split": eval_split,
         "corpus_dir": config.corpus_dir,
+    }
+
+
+def _run_layout(config, plan, runner: Optional[dict]) -> dict:
+    """The engine, process and shard counts, and the global shuffle (top-level entries)."""
+    return {
         "runner": runner or {"name": "local", "num_processes": plan.num_processes},
         "num_processes": plan.num_processes,
         "num_out_files_requested": plan.num_out_files,
@@ -129,44 +156,57 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "shuffle": {"method": "global", "memory_bytes": config.shuffle_memory_mb << 20,
                     "buckets": {split: layout.num_buckets
                                 for split, layout in plan.layouts.items()}},
-        "splits": {"train": split_entry("train"), "eval": split_entry("eval")},
-        "counts": {
-            "files": num_files,
-            "corpus_bytes": read.bytes_read,
-            "documents": total.documents,
-            "sentences": total.sentences,
-            "lines": read.lines,
-            "blank_lines": read.blank_lines,
-            "examples": total.examples,
-            "tokenized_tokens": tokenized,
-            "example_tokens": total.tokens,
-            "unk_tokens": totals.pack.unk_tokens,
-            "unk_rate": totals.pack.unk_tokens / max(tokenized, 1),
-            "truncated_tokens": total.truncated_tokens,
-            "undecodable_bytes": read.undecodable_bytes,
-            "nul_bytes": read.nul_bytes,
-            "crlf_line_ends": read.crlf_line_ends,
-            "bom_files": read.bom_files,
-            "lines_split": read.lines_split,
-            "skipped_documents": read.skipped_documents,
-            "damaged_files": read.damaged_files,
-            "skipped_files": read.skipped_files,
-            "input_problems": totals.num_problems,
-        },
-        "input_problems": totals.problems,
-        "inputs_file": inputs_name,
-        "length_histogram": {"bucket_width": HISTOGRAM_BUCKET_WIDTH,
-                             "counts": total.length_histogram},
-        "single_segment_fraction": total.single_segment / max(total.examples, 1),
-        "command": config.command,
-        "versions": versions(),
+    }
+
+
+def _split_entry(stats: SplitStats, shards: List[dict]) -> dict:
+    """One split's `splits` entry: its stats, single-segment share and shard list."""
+    entry = dataclasses.asdict(stats)
+    entry["single_segment_fraction"] = stats.single_segment / max(stats.examples, 1)
+    entry["shards"] = shards
+    return entry
+
+
+def _counts(num_files: int, totals: BuildTotals, total: SplitStats) -> dict:
+    """`counts`: what reading, tokenising and packing counted over the whole build."""
+    read, tokenized = totals.read, totals.pack.tokenized_tokens
+    return {
+        "files": num_files,
+        "corpus_bytes": read.bytes_read,
+        "documents": total.documents,
+        "sentences": total.sentences,
+        "lines": read.lines,
+        "blank_lines": read.blank_lines,
+        "examples": total.examples,
+        "tokenized_tokens": tokenized,
+        "example_tokens": total.tokens,
+        "unk_tokens": totals.pack.unk_tokens,
+        "unk_rate": totals.pack.unk_tokens / max(tokenized, 1),
+        "truncated_tokens": total.truncated_tokens,
+        "undecodable_bytes": read.undecodable_bytes,
+        "nul_bytes": read.nul_bytes,
+        "crlf_line_ends": read.crlf_line_ends,
+        "bom_files": read.bom_files,
+        "lines_split": read.lines_split,
+        "skipped_documents": read.skipped_documents,
+        "damaged_files": read.damaged_files,
+        "skipped_files": read.skipped_files,
+        "input_problems": totals.num_problems,
+    }
+
+
+def _timing(started_at: datetime, elapsed: float, phases: Dict[str, float],
+            totals: BuildTotals, total: SplitStats) -> dict:
+    """Start and finish times (finish: now), elapsed and per-phase seconds, and throughput."""
+    per_second = 1.0 / max(elapsed, 1e-9)
+    return {
         "started_at": started_at.isoformat(timespec="seconds"),
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_seconds": round(elapsed, 3),
         "phase_seconds": {name: round(seconds, 3) for name, seconds in phases.items()},
         "throughput": {
-            "tokens_per_second": round(tokenized * per_second, 1),
+            "tokens_per_second": round(totals.pack.tokenized_tokens * per_second, 1),
             "examples_per_second": round(total.examples * per_second, 1),
-            "megabytes_per_second": round(read.bytes_read / 1e6 * per_second, 3),
+            "megabytes_per_second": round(totals.read.bytes_read / 1e6 * per_second, 3),
         },
     }

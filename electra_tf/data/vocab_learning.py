@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
@@ -141,6 +141,39 @@ def learn_vocab(files: Sequence[str], vocab_size: int, output_path: str,
     word_counts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
 
     specials = special_layout(vocab_size)
+    essential = _essential_tokens(word_counts, vocab_size, specials)
+    subwords = _learn_subwords(word_counts, vocab_size - len(specials), essential)
+    tokens = specials + essential + subwords
+    padding = vocab_size - len(tokens)
+    tokens += _padding_tokens(vocab_size, padding)
+    assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
+
+    atomic.write_text(output_path, "".join(token + "\n" for token in tokens))
+    logger.info("wrote a %d-token vocab to %s: %d special, %d alphabet, %d subwords, %d padding",
+                vocab_size, output_path, len(specials), len(essential), len(subwords), padding)
+    if padding > 0.05 * vocab_size:
+        logger.warning("the corpus has only %d subwords seen at least %d times: %d of the %d vocab "
+                       "entries are [unusedN] padding", len(subwords), MIN_SUBWORD_COUNT, padding,
+                       vocab_size)
+    return load_vocab(output_path)
+
+
+def _essential_tokens(word_counts: List[Tuple[str, int]], vocab_size: int,
+                      specials: List[str]) -> List[str]:
+    """The corpus alphabet and its "##" continuations, which every learned vocab holds.
+
+    Args:
+        word_counts: (word, count) pairs, most frequent first.
+        vocab_size: int. Size of the vocab being learned.
+        specials: the reserved tokens that come before these (`special_layout`).
+
+    Returns:
+        The alphabet (sorted), then "##" + each character that can continue a word.
+
+    Raises:
+        ValueError: no word is short enough to learn from, or `vocab_size` cannot hold the
+            specials and these tokens.
+    """
     alphabet = sorted(learner.get_allowed_chars(
         learner.get_input_words(word_counts, [], MAX_TOKEN_LENGTH), MAX_UNIQUE_CHARS))
     if not alphabet:
@@ -152,16 +185,28 @@ def learn_vocab(files: Sequence[str], vocab_size: int, output_path: str,
             f"and the corpus alphabet of {len(alphabet)} characters with their "
             f"{len(essential) - len(alphabet)} '##' continuations, at least "
             f"{len(specials) + len(essential)} entries")
+    return essential
 
-    budget = vocab_size - len(specials)
+
+def _learn_subwords(word_counts: List[Tuple[str, int]], budget: int,
+                    essential: List[str]) -> List[str]:
+    """Runs the WordPiece learner and keeps the subwords that fit beside `essential`.
+
+    Args:
+        word_counts: (word, count) pairs, most frequent first.
+        budget: int. Tokens available after the special tokens.
+        essential: the alphabet and its continuations (`_essential_tokens`), kept anyway.
+
+    Returns:
+        At most `budget - len(essential)` learned tokens not in `essential`, in the learner's
+        (count) order.
+    """
     logger.info("learning %d WordPiece tokens from %d distinct words", budget, len(word_counts))
     learned = learner.learn(word_counts, vocab_size=budget, reserved_tokens=[],
                             lower_thresh=MIN_SUBWORD_COUNT, max_token_length=MAX_TOKEN_LENGTH,
                             max_unique_chars=MAX_UNIQUE_CHARS, include_joiner_token=True,
                             joiner=SUFFIX_INDICATOR)
-
-    # Keep the alphabet, then the learned subwords by the learner's (count) order, dropping
-    # continuations that can never match (punctuation / CJK never continue a word).
+    # Drop continuations that can never match (punctuation / CJK never continue a word).
     subwords = []
     seen = set(essential)
     for token in learned:
@@ -172,20 +217,10 @@ def learn_vocab(files: Sequence[str], vocab_size: int, output_path: str,
             continue
         seen.add(token)
         subwords.append(token)
-    subwords = subwords[:budget - len(essential)]
-    tokens = specials + essential + subwords
-    padding = vocab_size - len(tokens)
-    next_unused = BERT_NUM_LEADING_UNUSED if vocab_size >= BERT_LAYOUT_MIN_VOCAB_SIZE else 0
-    while len(tokens) < vocab_size:
-        tokens.append(f"[unused{next_unused}]")
-        next_unused += 1
-    assert len(tokens) == vocab_size and len(set(tokens)) == vocab_size
+    return subwords[:budget - len(essential)]
 
-    atomic.write_text(output_path, "".join(token + "\n" for token in tokens))
-    logger.info("wrote a %d-token vocab to %s: %d special, %d alphabet, %d subwords, %d padding",
-                vocab_size, output_path, len(specials), len(essential), len(subwords), padding)
-    if padding > 0.05 * vocab_size:
-        logger.warning("the corpus has only %d subwords seen at least %d times: %d of the %d vocab "
-                       "entries are [unusedN] padding", len(subwords), MIN_SUBWORD_COUNT, padding,
-                       vocab_size)
-    return load_vocab(output_path)
+
+def _padding_tokens(vocab_size: int, padding: int) -> List[str]:
+    """`padding` further [unusedN] tokens, numbered on from those of the special layout."""
+    first = BERT_NUM_LEADING_UNUSED if vocab_size >= BERT_LAYOUT_MIN_VOCAB_SIZE else 0
+    return [f"[unused{i}]" for i in range(first, first + padding)]

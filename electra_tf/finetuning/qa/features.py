@@ -192,6 +192,44 @@ def featurize(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_lengt
         QAFeatures.
     """
     special = tokenizer.vocab.special
+    example_docs, queries, answers = _tokenize_examples(examples, tokenizer, is_training)
+    columns: Dict[str, List] = {k: [] for k in ("input_ids", "eid", "start_positions",
+                                                "end_positions", "is_impossible")}
+    segment_rows, windows_info = [], []
+    for index, (example, doc, query, answer) in enumerate(
+            zip(examples, example_docs, queries, answers)):
+        query = query[:max_query_length]
+        windows = doc_windows(len(doc.ids), max_seq_length - len(query) - 3, doc_stride)
+        span = None
+        if is_training and not example.is_impossible:
+            span = answer_token_span(example, doc, answer)
+        for w, window in enumerate(windows):
+            ids = np.concatenate([[special.cls_id], query, [special.sep_id],
+                                  doc.ids[window.start:window.start + window.length],
+                                  [special.sep_id]]).astype(np.int32)
+            start_position, end_position = _answer_positions(span, window, len(query))
+            columns["input_ids"].append(ids)
+            segment_rows.append(len(query) + 2)
+            columns["eid"].append(1000 * example.eid + w)
+            columns["start_positions"].append(start_position)
+            columns["end_positions"].append(end_position)
+            columns["is_impossible"].append(int(is_training and example.is_impossible))
+            windows_info.append(WindowInfo(index, w, window.start, window.length, len(query),
+                                           max_context(windows, w)))
+    arrays = _record_arrays(columns, segment_rows, max_seq_length)
+    return QAFeatures(arrays, windows_info, example_docs)
+
+
+def _tokenize_examples(examples: Sequence[QAExample], tokenizer: Tokenizer, is_training: bool
+                       ) -> Tuple[List[DocTokens], List[np.ndarray], List]:
+    """Sub-tokens of each question's context, question and (training) answer text.
+
+    Returns:
+        (docs, queries, answers): the DocTokens of each question's context (one shared object
+        per paragraph, each paragraph tokenized once); the question's WordPiece ids, not yet
+        cut to max_query_length; the answer text's WordPiece ids with `is_training` (of ""
+        for an unanswerable question), else None for each question.
+    """
     paragraphs: Dict[int, int] = {}
     unique: List[Paragraph] = []
     for example in examples:
@@ -202,35 +240,24 @@ def featurize(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_lengt
     queries = _batched_pieces(tokenizer, [e.question for e in examples])
     answers = (_batched_pieces(tokenizer, [e.answer_text or "" for e in examples])
                if is_training else [None] * len(examples))
-    length = max_seq_length
-    columns: Dict[str, List] = {k: [] for k in ("input_ids", "eid", "start_positions",
-                                                "end_positions", "is_impossible")}
-    segment_rows, windows_info, example_docs = [], [], []
-    for index, (example, query, answer) in enumerate(zip(examples, queries, answers)):
-        doc = docs[paragraphs[id(example.paragraph)]]
-        example_docs.append(doc)
-        query = query[:max_query_length]
-        budget = length - len(query) - 3
-        windows = doc_windows(len(doc.ids), budget, doc_stride)
-        span = None
-        if is_training and not example.is_impossible:
-            span = answer_token_span(example, doc, answer)
-        for w, window in enumerate(windows):
-            ids = np.concatenate([[special.cls_id], query, [special.sep_id],
-                                  doc.ids[window.start:window.start + window.length],
-                                  [special.sep_id]]).astype(np.int32)
-            start_position = end_position = 0
-            if span is not None and window.start <= span[0] and span[1] <= window.start + window.length - 1:
-                start_position = span[0] - window.start + len(query) + 2
-                end_position = span[1] - window.start + len(query) + 2
-            columns["input_ids"].append(ids)
-            segment_rows.append(len(query) + 2)
-            columns["eid"].append(1000 * example.eid + w)
-            columns["start_positions"].append(start_position)
-            columns["end_positions"].append(end_position)
-            columns["is_impossible"].append(int(is_training and example.is_impossible))
-            windows_info.append(WindowInfo(index, w, window.start, window.length, len(query),
-                                           max_context(windows, w)))
+    return [docs[paragraphs[id(e.paragraph)]] for e in examples], queries, answers
+
+
+def _answer_positions(span, window: Window, query_length: int) -> Tuple[int, int]:
+    """Training labels of one record (module docstring, step 7): the answer's record positions
+    when `span` (the answer's sub-token span, None for none) lies entirely in `window`, else
+    0 / 0."""
+    if span is not None and window.start <= span[0] and span[1] <= window.start + window.length - 1:
+        return (span[0] - window.start + query_length + 2,
+                span[1] - window.start + query_length + 2)
+    return 0, 0
+
+
+def _record_arrays(columns: Dict[str, List], segment_rows: List[int],
+                   length: int) -> Dict[str, np.ndarray]:
+    """The records as QAFeatures.arrays: ids padded to `length`, the mask, segment ids 1 from
+    each record's `segment_rows` entry (its first context position) on, and the label columns.
+    """
     n = len(columns["input_ids"])
     arrays = {k: np.zeros([n, length], np.int32) for k in ("input_ids", "input_mask", "segment_ids")}
     for row, (ids, first_segment) in enumerate(zip(columns["input_ids"], segment_rows)):
@@ -239,4 +266,4 @@ def featurize(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_lengt
         arrays["segment_ids"][row, first_segment:len(ids)] = 1
     for key in ("eid", "start_positions", "end_positions", "is_impossible"):
         arrays[key] = np.array(columns[key], np.int32).reshape([n])
-    return QAFeatures(arrays, windows_info, example_docs)
+    return arrays

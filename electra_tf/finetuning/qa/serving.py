@@ -30,6 +30,8 @@ start, end order on ties); `get_final_text` against the covered words.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 import tensorflow_text as tf_text
 
@@ -47,6 +49,26 @@ def _first_argmax(values: tf.Tensor) -> tf.Tensor:
     index = tf.range(tf.shape(values)[-1])
     big = tf.shape(values)[-1]
     return tf.reduce_min(tf.where(values >= best, index, big), axis=-1)
+
+
+class _WindowLayout(NamedTuple):
+    """Where each record's window lies (`QAEncoder.records`); a record is one window.
+
+    Attributes:
+        example: int64 [records]. The question of the record.
+        window: int64 [records]. The window's index among its question's.
+        step: int64 [records]. The stride between the question's windows.
+        doc_start: int64 [records]. The window's first context sub-token.
+        length: int64 [records]. Context sub-tokens in the window.
+        num_windows: int64 [batch]. Windows per question (0 for an empty context).
+    """
+
+    example: tf.Tensor
+    window: tf.Tensor
+    step: tf.Tensor
+    doc_start: tf.Tensor
+    length: tf.Tensor
+    num_windows: tf.Tensor
 
 
 class QAEncoder(tf.Module):
@@ -78,9 +100,42 @@ class QAEncoder(tf.Module):
             `doc_start` int32 [records]; `max_context` bool [records, seq] (at context
             positions); `tok_to_orig` int32 [records, seq] (word of each context position, -1
             elsewhere); `words` ragged string [batch, (words)], `word_begin`, `word_end` ragged
-            int64 byte offsets [batch, (words)].
+            int64 byte offsets [batch, (words)]; `num_windows` int32 [batch].
         """
         words, word_begin, word_end = tf_text.regex_split_with_offsets(context, _QA_WHITESPACE)
+        doc, doc_words = self._context_pieces(words)
+        query = tf.cast(self.graph_tokenizer.tokenize(question), tf.int32)[:, :self.max_query_length]
+        layout = self._window_layout(doc.row_lengths(), query.row_lengths())
+        ids, segments, orig, offset = self._record_tokens(query, doc, doc_words, layout)
+        max_context = self._max_context(layout.example, layout.window, layout.doc_start,
+                                        layout.length, layout.num_windows, layout.step, offset)
+        # Padded to max_seq_length as in training (the head's top-k needs beam_size positions).
+        shape = [None, self.max_seq_length]
+        return {
+            "input_ids": ids.to_tensor(shape=shape),
+            "input_mask": tf.ones_like(ids).to_tensor(shape=shape),
+            "segment_ids": segments.to_tensor(shape=shape),
+            "example": tf.cast(layout.example, tf.int32),
+            "offset": tf.cast(offset, tf.int32),
+            "length": tf.cast(layout.length, tf.int32),
+            "doc_start": tf.cast(layout.doc_start, tf.int32),
+            "max_context": max_context,
+            "tok_to_orig": tf.cast(orig.to_tensor(default_value=-1, shape=shape), tf.int32),
+            "words": words, "word_begin": word_begin, "word_end": word_end,
+            "num_windows": tf.cast(layout.num_windows, tf.int32),
+        }
+
+    def _context_pieces(self, words: tf.RaggedTensor):
+        """WordPiece ids of each context and the word each comes from.
+
+        Args:
+            words: ragged string [batch, (words)]. The whitespace words of each context.
+
+        Returns:
+            (doc, doc_words): ragged int32 [batch, (pieces)] sub-token ids, each word
+            tokenized on its own; ragged int64 [batch, (pieces)] index of each sub-token's word
+            within its context.
+        """
         pieces = tf.cast(self.graph_tokenizer.tokenize(words.flat_values), tf.int32)
         counts = pieces.row_lengths()
         word_index = tf.ragged.range(words.row_lengths()).flat_values  # index within its context
@@ -88,9 +143,15 @@ class QAEncoder(tf.Module):
                                               tf.gather(pieces.row_splits, words.row_splits))
         doc_words = tf.RaggedTensor.from_row_splits(tf.repeat(word_index, counts),
                                                     doc.row_splits)
-        query = tf.cast(self.graph_tokenizer.tokenize(question), tf.int32)[:, :self.max_query_length]
-        n_doc = doc.row_lengths()
-        q_len = query.row_lengths()
+        return doc, doc_words
+
+    def _window_layout(self, n_doc: tf.Tensor, q_len: tf.Tensor) -> _WindowLayout:
+        """The `doc_stride` windows over each context (see `_WindowLayout`).
+
+        Args:
+            n_doc: int64 [batch]. Context sub-tokens per question.
+            q_len: int64 [batch]. Question sub-tokens (at most max_query_length) per question.
+        """
         budget = self.max_seq_length - q_len - 3
         step = tf.minimum(budget, self.doc_stride)
         extra = tf.maximum(n_doc - budget, 0)
@@ -99,14 +160,31 @@ class QAEncoder(tf.Module):
         window = tf.ragged.range(n_windows).flat_values
         r_budget = tf.gather(budget, example)
         r_n = tf.gather(n_doc, example)
-        doc_start = window * tf.gather(step, example)
+        r_step = tf.gather(step, example)
+        doc_start = window * r_step
         length = tf.minimum(r_budget, r_n - doc_start)
-        positions = tf.ragged.range(doc_start, doc_start + length) + tf.gather(
-            doc.row_splits[:-1], example)[:, None]
+        return _WindowLayout(example, window, r_step, doc_start, length, n_windows)
+
+    def _record_tokens(self, query: tf.RaggedTensor, doc: tf.RaggedTensor,
+                       doc_words: tf.RaggedTensor, layout: _WindowLayout):
+        """[CLS] question [SEP] window [SEP] of each record, unpadded.
+
+        Args:
+            query: ragged int32 [batch, (query)]. Question sub-token ids.
+            doc, doc_words: as `_context_pieces` returns them.
+            layout: the records' windows.
+
+        Returns:
+            (ids, segments, orig, offset): ragged int32 [records, (seq)] token ids, segment
+            ids and word of each context position (-1 elsewhere); int64 [records] position of
+            the first context sub-token.
+        """
+        positions = tf.ragged.range(layout.doc_start, layout.doc_start + layout.length) + tf.gather(
+            doc.row_splits[:-1], layout.example)[:, None]
         window_ids = tf.gather(doc.flat_values, positions)
         window_words = tf.cast(tf.gather(doc_words.flat_values, positions), tf.int32)
-        r_query = tf.gather(query, example)
-        n_records = tf.size(example, out_type=tf.int64)
+        r_query = tf.gather(query, layout.example)
+        n_records = tf.size(layout.example, out_type=tf.int64)
         cls = tf.RaggedTensor.from_tensor(tf.fill([n_records, 1], self.cls_id))
         sep = tf.RaggedTensor.from_tensor(tf.fill([n_records, 1], self.sep_id))
         first = tf.concat([cls, r_query, sep], axis=1)
@@ -115,23 +193,7 @@ class QAEncoder(tf.Module):
         segments = tf.concat([tf.zeros_like(first), tf.ones_like(second)], axis=1)
         minus_one = tf.RaggedTensor.from_tensor(tf.fill([n_records, 1], -1))
         orig = tf.concat([tf.zeros_like(first) - 1, window_words, minus_one], axis=1)
-        max_context = self._max_context(example, window, doc_start, length, n_windows,
-                                        tf.gather(step, example), first.row_lengths())
-        # Padded to max_seq_length as in training (the head's top-k needs beam_size positions).
-        shape = [None, self.max_seq_length]
-        return {
-            "input_ids": ids.to_tensor(shape=shape),
-            "input_mask": tf.ones_like(ids).to_tensor(shape=shape),
-            "segment_ids": segments.to_tensor(shape=shape),
-            "example": tf.cast(example, tf.int32),
-            "offset": tf.cast(first.row_lengths(), tf.int32),
-            "length": tf.cast(length, tf.int32),
-            "doc_start": tf.cast(doc_start, tf.int32),
-            "max_context": max_context,
-            "tok_to_orig": tf.cast(orig.to_tensor(default_value=-1, shape=shape), tf.int32),
-            "words": words, "word_begin": word_begin, "word_end": word_end,
-            "num_windows": tf.cast(n_windows, tf.int32),
-        }
+        return ids, segments, orig, first.row_lengths()
 
     def _max_context(self, example, window, doc_start, length, n_windows, step, offset):
         """bool [records, seq]: the record is the max-context window of that context position.
