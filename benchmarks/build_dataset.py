@@ -55,7 +55,8 @@ SOURCES = ("austen", "foldoc", "lee", "wiki")  # the default corpus' file prefix
 _BUILD_DRIVER = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from electra_tf.data.builder import BuildConfig, build_dataset
+from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.builder import build_dataset
 start = time.perf_counter()
 manifest = build_dataset(BuildConfig(**json.loads(sys.argv[1])))
 seconds = time.perf_counter() - start

@@ -407,7 +407,7 @@ def plot_probe(probes: Dict[str, List[dict]], path: str) -> Optional[str]:
 # The experiment
 # ------------------------------------------------------------------------------------------------
 def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
-    from electra_tf.data import builder
+    from electra_tf.data import build_config, builder
     from electra_tf.sources import labelled
     from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
@@ -421,7 +421,7 @@ def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
         shutil.copyfile(os.path.join(default_dir, "vocab.txt"), vocab)
     records = os.path.join(data_dir, "pretrain_tfrecords")
     if not os.path.exists(os.path.join(records, "manifest.json")):
-        builder.build_dataset(builder.BuildConfig(
+        builder.build_dataset(build_config.BuildConfig(
             corpus_dir=os.path.join(default_dir, "corpus"), vocab_file=vocab, output_dir=records,
             max_seq_length=settings.max_seq_length, command="experiments/electra_vs_mlm.py"))
     labelled.fetch_labelled_data(work_dir, TASKS)

@@ -37,6 +37,8 @@ import sys
 
 from electra_tf import console
 from electra_tf.cli import run_cli
+from electra_tf.data import build_config as bc
+from electra_tf.data import build_plan as bp
 from electra_tf.data import builder as b
 from electra_tf.data.beam_build import LOCAL_RUNNER
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
@@ -49,9 +51,9 @@ logger = logging.getLogger(b.__name__)
 
 def fetch_default_data_if_needed(args) -> None:
     """Fetches pretrain_data/ (corpus and vocab) when the default corpus is used and absent."""
-    if args.corpus_dir is None and not default_data_ready(b.DEFAULT_DATA_DIR):
-        logger.info("default data not found in %s: fetching it first", b.DEFAULT_DATA_DIR)
-        fetch_default_data(data_dir=b.DEFAULT_DATA_DIR)
+    if args.corpus_dir is None and not default_data_ready(bc.DEFAULT_DATA_DIR):
+        logger.info("default data not found in %s: fetching it first", bc.DEFAULT_DATA_DIR)
+        fetch_default_data(data_dir=bc.DEFAULT_DATA_DIR)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -69,19 +71,19 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 def _add_input_flags(arg) -> None:
     """What is read: the corpus, its format, the vocab (`arg`: the parser's add_argument)."""
     arg("--corpus-dir", help=f"directory of corpus files, read recursively; hidden files are "
-        f"skipped (default: {b.DEFAULT_CORPUS_DIR}, fetched first if missing)")
+        f"skipped (default: {bc.DEFAULT_CORPUS_DIR}, fetched first if missing)")
     arg("--input-format", choices=INPUT_FORMATS, default="text", help="text: one sentence per "
         "line, blank lines between documents; openwebtext: tar archives (e.g. OpenWebText's .xz "
         "files) of text files, one document per member, blank lines not document breaks; "
         "jsonl: JSON Lines, one document per line (default: %(default)s)")
     arg("--jsonl-text-field", default=DEFAULT_JSONL_TEXT_FIELD, help="with --input-format "
         "jsonl: the top-level key holding a document's text (default: %(default)s)")
-    arg("--bad-input", choices=b.BAD_INPUT_POLICIES, default="skip", help="skip: skip and count "
+    arg("--bad-input", choices=bc.BAD_INPUT_POLICIES, default="skip", help="skip: skip and count "
         "bad input (truncated or corrupt streams and archive members, JSON lines without the "
         "text field, invalid UTF-8 replaced, binary files and formats that are not read), naming "
         "file and line/member in manifest.json and inputs.jsonl; error: stop at the first "
         "(default: %(default)s)")
-    arg("--vocab-file", help=f"WordPiece vocab (default: {b.DEFAULT_VOCAB_FILE}); with "
+    arg("--vocab-file", help=f"WordPiece vocab (default: {bc.DEFAULT_VOCAB_FILE}); with "
         "--learn-vocab, where the learned vocab is written (default: "
         "<parent of --output-dir>/vocab.txt)")
     arg("--spm-model", metavar="FILE", help="a SentencePiece model (spm_train's .model) to "
@@ -94,10 +96,10 @@ def _add_input_flags(arg) -> None:
 
 def _add_example_flags(arg) -> None:
     """Where the examples go and how they are made: length, processes, documents, casing."""
-    arg("--output-dir", default=b.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
+    arg("--output-dir", default=bc.DEFAULT_OUTPUT_DIR, help="where the shards and manifest.json go "
         "(default: %(default)s)")
-    arg("--max-seq-length", type=int, default=b.DEFAULT_MAX_SEQ_LENGTH, help="example length incl. "
-        f"[CLS]/[SEP], at least {b.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
+    arg("--max-seq-length", type=int, default=bc.DEFAULT_MAX_SEQ_LENGTH, help="example length "
+        f"incl. [CLS]/[SEP], at least {bc.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
     arg("--num-processes", type=int, default=1, help="worker processes, each taking whole files "
         "(then writing shards); each pays a few seconds of TensorFlow start-up; the output does "
         "not depend on it (default: %(default)s)")
@@ -118,15 +120,15 @@ def _add_output_flags(arg) -> None:
     """The shards: count, seed, shuffle memory, held-out share; --learn-vocab, --overwrite and
     the runner."""
     arg("--num-out-files", type=int, help=f"train shards (default: one per "
-        f"{b.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {b.MIN_DEFAULT_SHARDS}, at most "
-        f"{b.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
-    arg("--seed", type=int, default=b.DEFAULT_SEED, help="seed of every random choice: "
+        f"{bp.DEFAULT_BYTES_PER_SHARD >> 20} MiB of text, at least {bp.MIN_DEFAULT_SHARDS}, at "
+        f"most {bp.OFFICIAL_NUM_OUT_FILES}); shards that would be empty are not written")
+    arg("--seed", type=int, default=bc.DEFAULT_SEED, help="seed of every random choice: "
         "packing and the global shuffle (the held-out split depends on the text only) "
         "(default: %(default)s)")
-    arg("--shuffle-memory-mb", type=int, default=b.DEFAULT_SHUFFLE_MEMORY_MB, help="memory per "
+    arg("--shuffle-memory-mb", type=int, default=bc.DEFAULT_SHUFFLE_MEMORY_MB, help="memory per "
         "process for sorting one bucket of the global shuffle; larger corpora use more buckets, "
         "not more memory (default: %(default)s)")
-    arg("--eval-fraction", type=float, default=b.DEFAULT_EVAL_FRACTION, help="share of the "
+    arg("--eval-fraction", type=float, default=bc.DEFAULT_EVAL_FRACTION, help="share of the "
         "corpus's tokens held out into eval_data.tfrecord-* shards, 0 for none: whole documents, "
         "chosen by a hash of their text (not their file), so a renamed, reordered or compressed "
         "copy holds out the same ones and copies of a document stay on one side; the share is "
@@ -167,10 +169,10 @@ def main(argv=None, prog: str = PROG):
     console.import_tensorflow()  # its C++ start-up lines hidden (unless --verbose)
     settings = vars(args)
     runner = settings.pop("runner")
-    config = b.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
+    config = bc.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
 
     def work():
-        b.resolve_config(config)  # bad flags fail before any download
+        bc.resolve_config(config)  # bad flags fail before any download
         if runner != LOCAL_RUNNER:
             _setup_beam(runner, beam_args)
         fetch_default_data_if_needed(args)

@@ -3,7 +3,7 @@
 `build_pretraining_dataset.py --runner RUNNER [Beam pipeline options]` calls `build_dataset_beam`,
 which does what the local builder (`builder.build_dataset`) does, with Beam as the engine:
 
-1. here, in the launcher: check the settings (`builder.resolve_config`) and the output dir,
+1. here, in the launcher: check the settings (`build_config.resolve_config`) and the output dir,
    list the corpus (a local dir as the local builder does; a URL such as gs://bucket/corpus
    through Beam's FileSystems), load the vocab, plan the shard counts (`builder`'s defaults);
 2. on the runner: the pipeline of `beam_pipeline` (read and pack files in parallel, key each
@@ -34,6 +34,7 @@ from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from electra_tf import console
+from electra_tf.data import build_config, build_plan, build_vocab
 from electra_tf.data import builder as local_builder
 from electra_tf.data.build_worker import BuildError, write_error
 from electra_tf.data.corpus import CorpusError, CorpusFile, list_corpus_files
@@ -141,7 +142,7 @@ class BeamPlan(NamedTuple):
         return shards
 
 
-def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
+def build_dataset_beam(config: build_config.BuildConfig, runner: str,
                        beam_args: Sequence[str] = ()) -> dict:
     """Builds the dataset of `builder.build_dataset(config)` with a Beam runner.
 
@@ -160,7 +161,7 @@ def build_dataset_beam(config: local_builder.BuildConfig, runner: str,
     beam = import_beam(runner)
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
-    config = local_builder.resolve_config(config)
+    config = build_config.resolve_config(config)
     options = pipeline_options(runner, beam_args)
     if config.num_processes != 1:
         raise BuildError(f"--num-processes is the local builder's; with --runner {runner} the "
@@ -226,19 +227,19 @@ def _prepare(gfile, config):
         if is_url(config.corpus_dir):
             raise BuildError("--learn-vocab reads a local corpus; learn the vocab from a local "
                              "copy and pass it with --vocab-file")
-        local_builder.learn_corpus_vocab(config, files)
+        build_vocab.learn_corpus_vocab(config, files)
     if config.learn_spm is not None:
         if is_url(config.corpus_dir):
             raise BuildError("--learn-spm reads a local corpus; train the model on a local "
                              "copy and pass it with --spm-model")
-        local_builder.learn_corpus_spm(config, files)
+        build_vocab.learn_corpus_spm(config, files)
     vocab = read_vocab(gfile, config.vocab_file)
     if config.spm_model is not None and vocab.kind != "sentencepiece":
         raise BuildError(f"--spm-model {config.spm_model} is not a SentencePiece model (a "
                          "WordPiece vocab.txt goes to --vocab-file)")
     text_bytes = sum(estimated_text_bytes(f) for f in files)
-    num_out = config.num_out_files or local_builder.default_num_out_files(text_bytes)
-    plan = BeamPlan(num_out, local_builder.num_eval_files(num_out, config.eval_fraction),
+    num_out = config.num_out_files or build_plan.default_num_out_files(text_bytes)
+    plan = BeamPlan(num_out, build_plan.num_eval_files(num_out, config.eval_fraction),
                     temp_prefix(config.output_dir) + "beam")
     return files, vocab, plan
 

@@ -13,7 +13,7 @@ input pipeline itself (`pipeline.make_dataset`):
 TensorFlow is not imported here: a process that has imported it (the TensorFlow trainer, its
 tests) lists files with `tf.io.gfile.glob` and reads them with tf.data, as always; a process
 without it (the JAX and PyTorch trainers, `record_reader.BatchReader`) lists local files with
-`glob` and reads them with `record_reader` (same CRC and parse checks, same results, its own
+`glob` and reads them with `record_scan` (same CRC and parse checks, same results, its own
 error texts). Remote paths (`gs://...`) need TensorFlow, which is then imported.
 """
 
@@ -123,9 +123,9 @@ def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> Fi
     """
     tf = _tensorflow([path])
     if tf is None:
-        from electra_tf.data import record_reader
+        from electra_tf.data import record_scan
 
-        return record_reader.scan_file(path, max_seq_length, stop_at_first, batch=VERIFY_BATCH)
+        return record_scan.scan_file(path, max_seq_length, stop_at_first, batch=VERIFY_BATCH)
     readable, bad = 0, []
 
     def check(records):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.data.tokenization import drop_invalid_utf8
+from electra_tf.data.basic_tokenizer import drop_invalid_utf8
 
 
 class GraphSentencePieceTokenizer(tf.Module):

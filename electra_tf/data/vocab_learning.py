@@ -30,8 +30,9 @@ import tensorflow as tf
 from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
 
 from electra_tf import atomic
-from electra_tf.data.tokenization import (SUFFIX_INDICATOR, GraphBasicTokenizer,
-                                          is_bert_punctuation, is_cjk)
+from electra_tf.data.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.tokenization import SUFFIX_INDICATOR
+from electra_tf.data.unicode_tables import is_bert_punctuation, is_cjk
 from electra_tf.vocab import (CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN, Vocab,
                               load_vocab)
 

@@ -46,7 +46,7 @@ CONTINUATION_PREFIX = "##"
 # (sentencepiece_vocab.WORD_START_MARKER; repeated here: this module is free of TensorFlow).
 WORD_START_MARKER = "\u2581"
 # Characters that start a word of their own after a SentencePiece piece without the marker, as
-# in BERT's BasicTokenizer (tokenization.CJK_RANGES): CJK ideographs, plus Japanese kana, whose
+# in BERT's BasicTokenizer (unicode_tables.CJK_RANGES): CJK ideographs, plus Japanese kana, whose
 # text has no spaces either (else a whole sentence would be one word, too long to mask).
 _OWN_WORD_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2CEAF), (0xF900, 0xFAFF),
                     (0x2F800, 0x2FA1F), (0x3040, 0x30FF))

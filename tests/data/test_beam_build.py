@@ -26,7 +26,8 @@ from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
 from electra_tf.data import beam_build  # noqa: E402
 from electra_tf.data.build_worker import BuildError  # noqa: E402
-from electra_tf.data.builder import BuildConfig, build_dataset  # noqa: E402
+from electra_tf.data.build_config import BuildConfig  # noqa: E402
+from electra_tf.data.builder import build_dataset  # noqa: E402
 from electra_tf.data.corpus import ReadStats, list_corpus_files  # noqa: E402
 from electra_tf.data.formats import InputSettings, iter_document_lines, iter_documents  # noqa: E402
 from tests import pretraining_fixtures as fx  # noqa: E402

@@ -15,8 +15,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from electra_tf.data import build_plan
 from electra_tf.data import builder as builder_lib
-from electra_tf.data.builder import BuildConfig, BuildError, build_dataset
+from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.build_worker import BuildError
+from electra_tf.data.builder import build_dataset
 from electra_tf.data.packing import derive_seed
 from electra_tf.data.split import document_key
 from electra_tf.data.corpus import CorpusError
@@ -332,9 +335,9 @@ def test_a_small_corpus_never_yields_empty_shards(tmp_path, vocab_file):
     assert sorted(os.listdir(out)) == sorted(["manifest.json", "inputs.jsonl"]
                                              + [s["file"] for s in shards])
     assert manifest["num_out_files_requested"] == 10
-    assert builder_lib.default_num_out_files(100) == 4
-    assert builder_lib.default_num_out_files(100 << 20) == 13
-    assert builder_lib.default_num_out_files(100 << 30) == 1000
+    assert build_plan.default_num_out_files(100) == 4
+    assert build_plan.default_num_out_files(100 << 20) == 13
+    assert build_plan.default_num_out_files(100 << 30) == 1000
 
 
 def test_warns_when_no_document_is_held_out(tmp_path, vocab_file, caplog):
@@ -508,7 +511,8 @@ def test_peak_memory_is_bounded_with_a_10mb_line(tmp_path, vocab_file):
     script = textwrap.dedent(f"""
         import os, resource, sys
         sys.path.insert(0, {REPO_ROOT!r})
-        from electra_tf.data.builder import BuildConfig, build_dataset
+        from electra_tf.data.build_config import BuildConfig
+        from electra_tf.data.builder import build_dataset
         def run(corpus, out):
             return build_dataset(BuildConfig(corpus_dir=corpus, vocab_file={vocab_file!r},
                                              output_dir=out, max_seq_length=32))

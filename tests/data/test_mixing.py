@@ -25,7 +25,8 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.data import mixing, pipeline
-from electra_tf.data.builder import BuildConfig, build_dataset
+from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.builder import build_dataset
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 DOCS_PER_SOURCE = [4000, 2400, 1600, 1200, 800]  # unequal shares

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import integrity, order, pipeline, record_reader, tfrecord_io
+from electra_tf.data import (example_decoding, integrity, order, pipeline, record_crc,
+                             record_framing, record_reader, record_scan, tfrecord_io)
 from electra_tf.data.example_builder import PackedExample
 from tests import backends
 from tests import pretraining_fixtures as fx
@@ -152,19 +153,19 @@ def test_pipeline_files_shard_files_when_enough_else_records():
 # CRC32C and example decoding
 # ------------------------------------------------------------------------------------------------
 def test_crc32c_known_value_and_vectorised_equals_scalar():
-    assert record_reader.crc32c(b"123456789") == 0xE3069283
-    assert record_reader.crc32c(b"") == 0
+    assert record_crc.crc32c(b"123456789") == 0xE3069283
+    assert record_crc.crc32c(b"") == 0
     rng = np.random.default_rng(0)
     lengths = [0, 1, 7, 8, 9, 15, 16, 17] + rng.integers(0, 5000, 300).tolist() + [70_000]
     records = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in lengths]
-    expected = [record_reader.crc32c(r) for r in records]
-    np.testing.assert_array_equal(record_reader.crc32c_batch(records, use_package=False), expected)
-    np.testing.assert_array_equal(record_reader.crc32c_batch(records), expected)
+    expected = [record_crc.crc32c(r) for r in records]
+    np.testing.assert_array_equal(record_crc.crc32c_batch(records, use_package=False), expected)
+    np.testing.assert_array_equal(record_crc.crc32c_batch(records), expected)
 
 
 def test_reading_checks_the_crcs_tensorflow_wrote(tmp_path):
     _, (path,) = _write_shards(str(tmp_path), [50])
-    assert list(record_reader.iter_records(path)) == [
+    assert list(record_framing.iter_records(path)) == [
         r.numpy() for r in tf.data.TFRecordDataset(path)]
 
 
@@ -206,7 +207,7 @@ def test_decode_equals_tensorflow_parse_and_flags_what_it_rejects():
     floats.features.feature["input_ids"].float_list.value.extend([1.0] * L)
     bad = [short.SerializeToString(), missing.SerializeToString(), floats.SerializeToString(),
            b"\xff\xff\xff", b"", records[0][:-3], b"\x0a\x05\x0a\x03\x0a\x01"]
-    decoded = record_reader.decode_examples(records + bad, L)
+    decoded = example_decoding.decode_examples(records + bad, L)
     expected_bad = []
     for i, record in enumerate(records + bad):
         try:
@@ -326,13 +327,13 @@ def test_restore_reads_at_most_one_window_again(shards, monkeypatch):
         state = reader.state()
         expected = next(reader)
     reads = []
-    real_read = record_reader._FileReader.read
+    real_read = record_framing.FileReader.read
 
     def counting_read(self):
         reads.append(1)
         return real_read(self)
 
-    monkeypatch.setattr(record_reader._FileReader, "read", counting_read)
+    monkeypatch.setattr(record_framing.FileReader, "read", counting_read)
     with _reader(shards["windows"], prefetch=0, **args) as restored:
         restored.restore(state)
         _assert_same([expected], [next(restored)])
@@ -421,7 +422,7 @@ def test_damaged_record_stops_both_at_the_same_batch_naming_it(tmp_path, damage,
     assert isinstance(tf_error, tf.errors.DataLossError)
     actual, error = _batches_until_error(_reader(pattern, prefetch=2, **args))
     _assert_same(expected, actual)
-    assert isinstance(error, record_reader.DataError)
+    assert isinstance(error, integrity.DataError)
     assert f"{shard}: corrupted or truncated TFRecord file at record #123 " \
            f"(byte {offsets[123]}" in str(error)
     # The trainer's error path names the same file.
@@ -469,7 +470,7 @@ def test_scan_without_tensorflow_equals_the_tf_scan(tmp_path):
                     expected = integrity.scan_file(path, L, stop_at_first)
                 finally:
                     integrity.VERIFY_BATCH = monkey_batch
-                actual = record_reader.scan_file(path, L, stop_at_first, batch=batch)
+                actual = record_scan.scan_file(path, L, stop_at_first, batch=batch)
                 assert actual[:3] == expected[:3], (path, stop_at_first, batch)
                 assert (actual.error is None) == (expected.error is None)
 

@@ -243,7 +243,8 @@ def test_no_tokenizable_text_names_the_recorded_cause(vocab, tmp_path, capsys):
 
 
 def test_learn_vocab_refuses_compressed_content_whatever_its_name(tmp_path):
-    from electra_tf.data.builder import BuildConfig, build_dataset
+    from electra_tf.data.build_config import BuildConfig
+    from electra_tf.data.builder import build_dataset
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from electra_tf.data import build_config, build_worker
 from electra_tf.data import builder as builder_lib
 from electra_tf.data.corpus import CorpusError, list_corpus_files
 from electra_tf.errors import shown_path
@@ -44,7 +45,7 @@ def test_build_with_non_utf8_file_names(tmp_path):
     files = [f.relpath for f in list_corpus_files(corpus)]
     assert os.fsdecode(LATIN1) in files  # listed with surrogate escapes, as Python hands it
     out = str(tmp_path / "out")
-    manifest = builder_lib.build_dataset(builder_lib.BuildConfig(
+    manifest = builder_lib.build_dataset(build_config.BuildConfig(
         corpus_dir=corpus, vocab_file=vocab, output_dir=out, max_seq_length=16,
         eval_fraction=0.0, num_out_files=1, progress_interval=1e9))
     assert manifest["counts"]["files"] == 3
@@ -60,7 +61,7 @@ def test_build_with_non_utf8_file_names(tmp_path):
     # The per-file seed hashes the name's bytes: the same text under two names packs with two
     # different seeds, and a rebuild is byte-identical.
     again = str(tmp_path / "again")
-    builder_lib.build_dataset(builder_lib.BuildConfig(
+    builder_lib.build_dataset(build_config.BuildConfig(
         corpus_dir=corpus, vocab_file=vocab, output_dir=again, max_seq_length=16,
         eval_fraction=0.0, num_out_files=1, progress_interval=1e9))
     shard = "pretrain_data.tfrecord-0-of-1"
@@ -92,8 +93,8 @@ def test_unreadable_entry_with_a_non_utf8_name_is_named_escaped(tmp_path):
 def test_output_dir_that_tensorflow_cannot_name_is_refused(tmp_path):
     corpus, vocab = _corpus(tmp_path)
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/out\xe9")
-    with pytest.raises(builder_lib.BuildError, match=r"out\\xe9: TensorFlow writes and reads "
+    with pytest.raises(build_worker.BuildError, match=r"out\\xe9: TensorFlow writes and reads "
                                                      r"only file names that are valid UTF-8"):
-        builder_lib.build_dataset(builder_lib.BuildConfig(corpus_dir=corpus, vocab_file=vocab,
+        builder_lib.build_dataset(build_config.BuildConfig(corpus_dir=corpus, vocab_file=vocab,
                                                           output_dir=out))
     assert not os.path.exists(out)

@@ -9,7 +9,9 @@ import pytest
 pytest.importorskip("sentencepiece")
 import sentencepiece  # noqa: E402
 
-from electra_tf.data.builder import BuildConfig, BuildError, build_dataset, resolve_config  # noqa: E402
+from electra_tf.data.build_config import BuildConfig, resolve_config  # noqa: E402
+from electra_tf.data.build_worker import BuildError  # noqa: E402
+from electra_tf.data.builder import build_dataset  # noqa: E402
 from electra_tf.data.integrity import DataError, validate_dataset  # noqa: E402
 from electra_tf.data.spm_learning import learn_spm  # noqa: E402
 from electra_tf.data.tokenization import Tokenizer  # noqa: E402

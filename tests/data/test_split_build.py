@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from electra_tf.data.builder import BuildConfig, build_dataset
+from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.builder import build_dataset
 from electra_tf.data.integrity import validate_dataset
 from electra_tf.data.split import SHARE_TOLERANCE, document_key
 from electra_tf.vocab import load_vocab

@@ -10,7 +10,8 @@ import tensorflow as tf
 pytest.importorskip("sentencepiece")
 import tensorflow_text  # noqa: E402,F401  registers the SentencePiece op serve_text uses
 
-from electra_tf.data.builder import BuildConfig, build_dataset  # noqa: E402
+from electra_tf.data.build_config import BuildConfig  # noqa: E402
+from electra_tf.data.builder import build_dataset  # noqa: E402
 from electra_tf.data.tokenization import Tokenizer  # noqa: E402
 from electra_tf.errors import ElectraError  # noqa: E402
 from electra_tf.training import run_dir  # noqa: E402
