@@ -188,7 +188,7 @@ def main(argv=None, prog: str = PROG):
 
 def _setup_beam(runner: str, beam_args) -> None:
     """Checks Beam is installed and knows `beam_args` (fail fast), and routes its log lines."""
-    from electra_tf.data.beam_build import pipeline_options
+    from electra_tf.data.beam_runner import pipeline_options
 
     # Beam's PipelineOptions call logging.basicConfig(): a root handler of our own keeps it from
     # adding one that would print every line twice.

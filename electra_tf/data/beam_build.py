@@ -22,19 +22,16 @@ Apache Beam is optional (the `[beam]` extra); asking for a runner without it is 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import posixpath
-import re
 import tempfile
 import time
 from datetime import datetime, timezone
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
-from electra_tf import console
-from electra_tf.data import build_config, build_plan, build_vocab
+from electra_tf.data import beam_runner, build_config, build_plan, build_vocab
 from electra_tf.data import builder as local_builder
 from electra_tf.data.build_worker import BuildError, write_error
 from electra_tf.data.corpus import CorpusError, CorpusFile, list_corpus_files
@@ -47,82 +44,15 @@ from electra_tf.data.split import no_split_summary
 from electra_tf.data.tfrecord_io import MANIFEST_NAME
 from electra_tf.vocab import Vocab, VocabError, load_vocab
 
-__all__ = ["BEAM_EXTRA", "LOCAL_RUNNER", "build_dataset_beam", "import_beam",
-           "pipeline_options"]
+__all__ = ["LOCAL_RUNNER", "build_dataset_beam"]
 
 logger = logging.getLogger(__name__)
 
 LOCAL_RUNNER = "local"  # --runner default: the local multiprocessing builder, not Beam
-BEAM_EXTRA = "pip install -e '.[beam]'"
-BEAM_REQUIREMENT = "apache-beam==2.77.0"
-_BEAM_SUFFIX = re.compile(r" \[while running '[^']*'\]")
-_USER_ERROR_LINE = re.compile(r"(?:BuildError|CorpusError|VocabError): (.+)")
-_GCP_CLIENTS_WARNING = re.compile(r"^apitools not found")
 
 
 def is_url(path: str) -> bool:
     return "://" in path
-
-
-def import_beam(runner: str):
-    """Imports apache_beam, or raises BuildError naming the extra that installs it."""
-    try:
-        with _optional_gcp_warning_dropped():
-            import apache_beam
-    except ImportError as e:
-        raise BuildError(f"--runner {runner} needs Apache Beam, which is not installed: "
-                         f"{BEAM_EXTRA} (the [beam] extra: {BEAM_REQUIREMENT})") from e
-    return apache_beam
-
-
-class _DropRecord(logging.Filter):
-    def __init__(self, pattern: "re.Pattern"):
-        super().__init__()
-        self.pattern = pattern
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not self.pattern.search(record.getMessage())
-
-
-@contextlib.contextmanager
-def _optional_gcp_warning_dropped():
-    """Importing Beam logs `apitools not found, and bigquery client libraries are not
-    available ...` on the root logger (Google Cloud's optional clients, needed by BigQuery IO
-    only, which the build does not use): dropped, unless --verbose. Also keeps that
-    module-level `logging.warning` from calling `logging.basicConfig()` on an unconfigured
-    root logger."""
-    if console.verbose():
-        yield
-        return
-    root = logging.getLogger()
-    dropped = _DropRecord(_GCP_CLIENTS_WARNING)
-    placeholder = logging.NullHandler() if not root.handlers else None
-    if placeholder is not None:
-        root.addHandler(placeholder)
-    root.addFilter(dropped)
-    try:
-        yield
-    finally:
-        root.removeFilter(dropped)
-        if placeholder is not None:
-            root.removeHandler(placeholder)
-
-
-def pipeline_options(runner: str, args: Sequence[str]):
-    """Beam's PipelineOptions from `--runner` and the passed-through args; an arg that is not a
-    Beam pipeline option is a BuildError (Beam itself would only log and drop it)."""
-    import_beam(runner)
-    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
-
-    flags = ["--runner", runner] + list(args)
-    parser = _BeamArgumentParser(allow_abbrev=False)
-    for options_class in dict.fromkeys(PipelineOptions.__subclasses__()):
-        options_class._add_argparse_args(parser)  # how Beam builds its own parser
-    _, unknown = parser.parse_known_args(flags)
-    if unknown:
-        raise BuildError(f"unrecognized arguments: {' '.join(unknown)} (neither a flag of this "
-                         f"script nor a Beam pipeline option)")
-    return PipelineOptions(flags)
 
 
 class BeamPlan(NamedTuple):
@@ -158,11 +88,11 @@ def build_dataset_beam(config: build_config.BuildConfig, runner: str,
     Raises:
         BuildError, CorpusError, VocabError: bad input or settings (one-line messages).
     """
-    beam = import_beam(runner)
+    beam = beam_runner.import_beam(runner)
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
     config = build_config.resolve_config(config)
-    options = pipeline_options(runner, beam_args)
+    options = beam_runner.pipeline_options(runner, beam_args)
     if config.num_processes != 1:
         raise BuildError(f"--num-processes is the local builder's; with --runner {runner} the "
                          f"runner's options set the parallelism (e.g. --direct_num_workers)")
@@ -173,7 +103,7 @@ def build_dataset_beam(config: build_config.BuildConfig, runner: str,
     files, vocab, plan = _prepare(gfile, config)
     result, phases, totals, shards, eval_split = _build_shards(
         beam, runner, options, gfile, config, files, _pack_spec(config, vocab, plan), plan)
-    runner_entry = _runner_entry(beam, runner, beam_args, result, totals, len(files))
+    runner_entry = beam_runner.runner_entry(beam, runner, beam_args, result, totals, len(files))
     manifest = build_manifest(config, vocab, len(files), plan, totals, shards, started_at,
                               time.monotonic() - start, phases, INPUTS_NAME, runner=runner_entry,
                               eval_split=eval_split)
@@ -263,14 +193,14 @@ def _run(beam, options, files: List[CorpusFile], spec, work_dir: str):
     pipeline = beam.Pipeline(options=options)
     add_build(pipeline, [tuple(f) for f in files], spec, work_dir)
     try:
-        with quiet_worker_errors():
+        with beam_runner.quiet_worker_errors():
             result = pipeline.run()
             state = result.wait_until_finish()
     except Exception as e:  # noqa: BLE001 -- runners wrap worker errors in their own types
-        message = user_error(e)
+        message = beam_runner.user_error(e)
         if message is not None:
             raise BuildError(message) from None
-        failed = failed_write(e)
+        failed = beam_runner.failed_write(e)
         if failed is None:
             raise
         # Beam's own writes (WriteToText of the results) into the work dir.
@@ -278,38 +208,6 @@ def _run(beam, options, files: List[CorpusFile], spec, work_dir: str):
     if state != beam.runners.runner.PipelineState.DONE:
         raise BuildError(f"the Beam pipeline ended in state {state}")
     return result
-
-
-def user_error(error: BaseException) -> Optional[str]:
-    """The one-line message of a user-facing error raised on a worker, or None (a bug).
-
-    In-process runners re-raise the worker's exception with "[while running 'Step']"
-    appended; remote ones (Dataflow) report its traceback as text, so the line is looked up.
-    """
-    found = _in_chain(error, (BuildError, CorpusError, VocabError))
-    if found is not None:
-        return _BEAM_SUFFIX.sub("", str(found)).strip().splitlines()[0]
-    match = _USER_ERROR_LINE.search(str(error))
-    return _BEAM_SUFFIX.sub("", match.group(1)).strip() if match else None
-
-
-def failed_write(error: BaseException) -> Optional[BaseException]:
-    """The OSError or TensorFlow file error in `error`'s chain (a write of the pipeline's: its
-    reads of corpus files fail as BuildErrors), or None."""
-    import tensorflow as tf
-
-    return _in_chain(error, (OSError, tf.errors.OpError))
-
-
-def _in_chain(error: BaseException, types: tuple) -> Optional[BaseException]:
-    """The first exception of `types` among `error`, its cause and context, and theirs."""
-    seen, current = set(), error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, types):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
 
 
 def list_files(corpus_dir: str) -> List[CorpusFile]:
@@ -436,66 +334,3 @@ def _install(gfile, config, plan: BeamPlan, shard_counts: Dict[str, Dict[int, in
                   "".join(json.dumps(entry) + "\n" for entry in entries))
     return installed
 
-
-# ------------------------------------------------------------------------------------------------
-# The manifest's runner entry
-# ------------------------------------------------------------------------------------------------
-# Beam counter -> the same number from the per-file results (totals: BuildTotals, n: files);
-# "documents" counts document breaks read (progress), not documents, and is not checked.
-COUNTER_CHECKS = {
-    "files": lambda t, n: n,
-    "bytes": lambda t, n: t.read.bytes_read,
-    "tokens": lambda t, n: t.pack.tokenized_tokens,
-    "examples": lambda t, n: sum(s.examples for s in t.pack.splits.values()),
-    "written": lambda t, n: sum(s.examples for s in t.pack.splits.values()),
-    "problems": lambda t, n: t.num_problems,
-}
-
-
-def read_counters(result) -> Dict[str, object]:
-    """The pipeline's counters {"kind": "committed" or "attempted", "values": {name: n}}."""
-    from apache_beam.metrics.metric import MetricsFilter
-
-    from electra_tf.data.beam_pipeline import COUNTER_NAMESPACE
-
-    try:
-        found = result.metrics().query(MetricsFilter().with_namespace(COUNTER_NAMESPACE))
-    except Exception as e:  # noqa: BLE001 -- some runners cannot report metrics
-        logger.warning("the runner reported no counters (%s)", str(e).splitlines()[0][:200])
-        return {"kind": None, "values": {}}
-    values: Dict[str, Dict[str, int]] = {"committed": {}, "attempted": {}}
-    for counter in found["counters"]:
-        name = counter.key.metric.name
-        for kind in values:
-            value = getattr(counter, kind, None)
-            if value is not None:
-                values[kind][name] = values[kind].get(name, 0) + value
-    kind = "committed" if values["committed"] else "attempted"
-    return {"kind": kind, "values": dict(sorted(values[kind].items()))}
-
-
-def _runner_entry(beam, runner: str, beam_args: Sequence[str], result, totals,
-                  num_files: int) -> dict:
-    """Records the runner; checks exact (committed) counters against the data's counts."""
-    counters = read_counters(result)
-    if counters["kind"] == "committed":
-        for name, expected in COUNTER_CHECKS.items():
-            got = counters["values"].get(name, 0)
-            want = expected(totals, num_files)
-            if got != want:
-                logger.warning("Beam counter %s = %d, but the per-file results count %d",
-                               name, got, want)
-    return {"name": runner, "engine": "apache_beam", "beam_version": beam.__version__,
-            "pipeline_args": list(beam_args), "counters": counters}
-
-
-@contextlib.contextmanager
-def quiet_worker_errors():
-    """Mutes Beam's log of a worker's exception (the launcher reports it as one line)."""
-    common = logging.getLogger("apache_beam.runners.common")
-    level = common.level
-    common.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        common.setLevel(level)

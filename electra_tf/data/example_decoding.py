@@ -20,7 +20,7 @@ from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from electra_tf.data.tfrecord_io import FEATURE_NAMES
+from electra_tf.data.tfrecord_io import FEATURE_NAMES, feature_entry  # the serializer's own framing
 
 
 class _Malformed(Exception):
@@ -129,11 +129,9 @@ class _Layout:
     _IDS_KEY = b"\x0a\x09input_ids\x12"  # map key (tag, length, name), then the value's tag
 
     def __init__(self, max_seq_length: int):
-        from electra_tf.data.tfrecord_io import _entry  # the serializer's own framing
-
         self.length = max_seq_length
-        self.heads = ((_entry("input_mask", max_seq_length), 1),
-                      (_entry("segment_ids", max_seq_length), 2))
+        self.heads = ((feature_entry("input_mask", max_seq_length), 1),
+                      (feature_entry("segment_ids", max_seq_length), 2))
 
     def ranges(self, rec: bytes) -> Optional[List[List[Tuple[int, int]]]]:
         found: List[Optional[List[Tuple[int, int]]]] = [None, None, None]

@@ -105,7 +105,7 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _entry(name: str, packed_length: int) -> bytes:
+def feature_entry(name: str, packed_length: int) -> bytes:
     """Framing of one map entry of `Features.feature` up to (excluding) its packed values."""
     int64_list_len = 1 + len(_varint(packed_length)) + packed_length
     feature_len = 1 + len(_varint(int64_list_len)) + int64_list_len
@@ -160,15 +160,15 @@ class ExampleSerializer:
         self.max_seq_length = max_seq_length
         self.cls_id = cls_id
         self.sep_id = sep_id
-        self._mask_head = _entry("input_mask", max_seq_length)
-        self._segment_head = _entry("segment_ids", max_seq_length)
+        self._mask_head = feature_entry("input_mask", max_seq_length)
+        self._segment_head = feature_entry("segment_ids", max_seq_length)
         self._tail_len = len(self._mask_head) + len(self._segment_head) + 2 * max_seq_length
         self._ones = b"\x01" * max_seq_length
         self._zeros = b"\x00" * max_seq_length
         self._prefixes: Dict[int, bytes] = {}  # memo: packed input_ids length -> record prefix
 
     def _prefix(self, packed_ids_len: int) -> bytes:
-        ids_entry = _entry("input_ids", packed_ids_len)
+        ids_entry = feature_entry("input_ids", packed_ids_len)
         features_len = len(ids_entry) + packed_ids_len + self._tail_len
         prefix = _TAG_FIELD1 + _varint(features_len) + ids_entry
         self._prefixes[packed_ids_len] = prefix

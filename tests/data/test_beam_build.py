@@ -24,7 +24,7 @@ beam = import_extra("apache_beam", "beam")
 
 from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
-from electra_tf.data import beam_build  # noqa: E402
+from electra_tf.data import beam_build, beam_runner  # noqa: E402
 from electra_tf.data.build_worker import BuildError  # noqa: E402
 from electra_tf.data.build_config import BuildConfig  # noqa: E402
 from electra_tf.data.builder import build_dataset  # noqa: E402
@@ -329,7 +329,7 @@ def test_worker_errors_reported_as_text_by_a_remote_runner_become_one_line():
         '  File "apache_beam/runners/common.py", line 1498, in process\n'
         "electra_tf.data.build_worker.BuildError: bad input in gs://b/c/d.jsonl: "
         "missing_text_field at line 2 [while running 'PackFiles']\n")
-    assert beam_build.user_error(remote) == (
+    assert beam_runner.user_error(remote) == (
         "bad input in gs://b/c/d.jsonl: missing_text_field at line 2")
     try:  # in-process runners re-raise the worker's exception (or chain it)
         try:
@@ -337,8 +337,8 @@ def test_worker_errors_reported_as_text_by_a_remote_runner_become_one_line():
         except BuildError as e:
             raise RuntimeError("wrapped") from e
     except RuntimeError as e:
-        assert beam_build.user_error(e) == "bad input in x.txt: damaged_stream"
-    assert beam_build.user_error(RuntimeError("KeyError: 'split'")) is None  # a bug: re-raised
+        assert beam_runner.user_error(e) == "bad input in x.txt: damaged_stream"
+    assert beam_runner.user_error(RuntimeError("KeyError: 'split'")) is None  # a bug: re-raised
 
 
 def test_counters_that_disagree_with_the_per_file_results_are_warned_about(builds, caplog):
@@ -366,7 +366,7 @@ def test_counters_that_disagree_with_the_per_file_results_are_warned_about(build
             split: SimpleNamespace(examples=splits[split]["examples"]) for split in splits}),
         num_problems=counts["input_problems"])
     with caplog.at_level("WARNING", logger="electra_tf.data.beam_build"):
-        entry = beam_build._runner_entry(beam, "DirectRunner", [], Result(), totals,
+        entry = beam_runner.runner_entry(beam, "DirectRunner", [], Result(), totals,
                                          counts["files"])
     assert entry["counters"] == {"kind": "committed", "values": dict(sorted(values.items()))}
     warned = [r.getMessage() for r in caplog.records]
