@@ -200,3 +200,43 @@ def test_pretrainer_on_another_backend(backend):
     """The same round trips on JAX and PyTorch; given TensorFlow's weights and seed states, the
     model computes TensorFlow's losses and samples (training False and True)."""
     run_backend_test(backend, [PRETRAINER])
+
+
+# Constructor arguments beyond PRETRAINER, through get_config / from_config / JSON on TensorFlow.
+def _pretrainer_with(masking_options=None, **kwargs):
+    options = dict(PRETRAINER.init_kwargs["masking_options"], **(masking_options or {}))
+    return dataclasses.replace(
+        PRETRAINER, init_kwargs=dict(PRETRAINER.init_kwargs, masking_options=options, **kwargs))
+
+
+PRETRAINER_VARIANTS = {
+    "temperature_without_replacement": _pretrainer_with({"mask_with_replacement": False},
+                                                        temperature=0.5),
+    "temperature_curriculum_frozen_generator": _pretrainer_with(
+        temperature_start=2.0, temperature_decay_steps=10, temperature_schedule="cosine",
+        frozen_generator=True),
+    "gdes": _pretrainer_with(embedding_sharing="gdes"),
+    "whole_word_seeded": _pretrainer_with({"masking": "whole_word", "continuation_ids": [2]},
+                                          seed=9),
+}
+
+
+def _frozen_generator_has_no_trainable_variable(model):
+    assert not model.generator.trainable_variables
+
+
+def _masking_layer_has_the_options_and_seed(model):
+    assert model.masking.masking_options.continuation_ids == (2,) and model.masking.seed == 9
+
+
+REBUILT_CHECKS = {  # of the rebuilt model, beyond its config
+    "temperature_curriculum_frozen_generator": _frozen_generator_has_no_trainable_variable,
+    "whole_word_seeded": _masking_layer_has_the_options_and_seed,
+}
+
+
+@pytest.mark.parametrize("name", PRETRAINER_VARIANTS)
+def test_pretrainer_variant(name):
+    revived = run_serialization_test(PRETRAINER_VARIANTS[name])
+    if name in REBUILT_CHECKS:
+        REBUILT_CHECKS[name](revived)
