@@ -24,7 +24,7 @@ import dataclasses
 import importlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import keras
 import numpy as np
@@ -38,9 +38,10 @@ class LayerCase:
         cls: the Keras layer class.
         init_kwargs: constructor arguments (JSON-clean).
         input_data: call arguments by name: numpy arrays or dicts of arrays.
-        expected_output_shape: shape of the output, or a dict of shapes for a dict output.
-        expected_output_dtype: dtype of every output, or a dict of dtypes for a dict output;
-            None means the layer's compute dtype.
+        expected_output_shape: shape of the output, or a dict of shapes for a dict output (a
+            dict of such dicts for nested dicts).
+        expected_output_dtype: dtype of every output, or a dict of dtypes (or of dtypes of a
+            whole sub-dict) for a dict output; None means the layer's compute dtype.
         training: whether `call` takes `training` (then it is run with False and True).
         rtol, atol: tolerance of the cross-backend output comparison (`run_backend_test`).
     """
@@ -74,26 +75,42 @@ def _seed_states(layer) -> list:
             if "int" in keras.backend.standardize_dtype(v.dtype)]
 
 
+def _flat(structure, path: str = "") -> Dict[str, Any]:
+    """`structure`'s leaves by path ("/a/b"), the keys of its dicts sorted at every level: one
+    order on every backend (`keras.tree` on PyTorch keeps a nested dict's insertion order)."""
+    if isinstance(structure, Mapping):
+        return {leaf_path: leaf for key in sorted(structure)
+                for leaf_path, leaf in _flat(structure[key], f"{path}/{key}").items()}
+    return {path: structure}
+
+
+def _leaves(expected, like) -> list:
+    """`expected`'s values in `_flat`'s order of an output shaped like `like`; a non-dict
+    `expected` holds for the whole (sub)structure."""
+    if isinstance(like, dict):
+        return [leaf for key in sorted(like)
+                for leaf in _leaves(expected[key] if isinstance(expected, dict) else expected,
+                                    like[key])]
+    return [expected]
+
+
 def _shapes(expected_output_shape) -> List[tuple]:
-    """The expected shapes in `keras.tree.flatten`'s order of the outputs (a dict: sorted keys)."""
-    if isinstance(expected_output_shape, dict):
-        return [tuple(expected_output_shape[k]) for k in sorted(expected_output_shape)]
-    return [tuple(expected_output_shape)]
+    """The expected shapes in `_flat`'s order of the outputs."""
+    return [tuple(shape) for shape in _flat(expected_output_shape).values()]
 
 
 def _dtypes(expected_output_dtype, expected_output_shape) -> List[str]:
     """The expected dtypes in the order of `_shapes`."""
-    count = len(_shapes(expected_output_shape))
-    if isinstance(expected_output_dtype, dict):
-        return [expected_output_dtype[k] for k in sorted(expected_output_dtype)]
-    return [expected_output_dtype] * count
+    return _leaves(expected_output_dtype, expected_output_shape)
 
 
 def _assert_same(actual, expected, rtol=0.0, atol=0.0, what="output"):
-    keras.tree.assert_same_structure(actual, expected)
-    for a, e in zip(keras.tree.flatten(actual), keras.tree.flatten(expected)):
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(e, np.float64),
-                                   rtol=rtol, atol=atol, err_msg=what)
+    actual, expected = _flat(actual), _flat(expected)
+    assert list(actual) == list(expected), (what, list(actual), list(expected))
+    for path, value in actual.items():
+        np.testing.assert_allclose(np.asarray(value, np.float64),
+                                   np.asarray(expected[path], np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"{what} {path}")
 
 
 # --- In one process -----------------------------------------------------------------------------
@@ -110,29 +127,32 @@ def run_layer_test(case: LayerCase):
         assert config.get(name) == value, (
             f"{case.cls.__name__}.get_config()[{name!r}] = {config.get(name)!r}, "
             f"constructed with {value!r}")
+    paths = list(_flat(case.expected_output_shape))
+    shapes = _shapes(case.expected_output_shape)
     dtypes = _dtypes(case.expected_output_dtype or layer.compute_dtype, case.expected_output_shape)
     calls = (False, True) if case.training else (False,)
     for training in calls:
         output = case.call(layer, training)
-        assert isinstance(output, dict) == isinstance(case.expected_output_shape, dict)
-        tensors = keras.tree.flatten(output)
-        assert len(tensors) == len(_shapes(case.expected_output_shape))
-        for tensor, shape, dtype in zip(tensors, _shapes(case.expected_output_shape), dtypes):
+        flat = _flat(output)
+        assert list(flat) == paths, (list(flat), paths, training)
+        for tensor, shape, dtype in zip(flat.values(), shapes, dtypes):
             assert tuple(tensor.shape) == shape, (tuple(tensor.shape), shape, training)
             assert keras.backend.standardize_dtype(tensor.dtype) == dtype, (tensor.dtype, dtype)
         if not training:
             result = _numpy(output)
     symbolic = keras.tree.map_structure(lambda a: keras.KerasTensor(a.shape, str(a.dtype)),
                                         case.input_data)
-    spec = case.call(layer, False, symbolic)
-    for tensor, shape in zip(keras.tree.flatten(spec), _shapes(case.expected_output_shape)):
+    spec = _flat(case.call(layer, False, symbolic))
+    assert list(spec) == paths, ("symbolic", list(spec), paths)
+    for tensor, shape in zip(spec.values(), shapes):
         assert tuple(tensor.shape) == shape, ("symbolic", tuple(tensor.shape), shape)
     return result
 
 
 def run_serialization_test(case: LayerCase):
     """get_config() survives JSON, from_config() rebuilds a layer with the same config (and
-    keras' serialize / deserialize the same class), which computes the same function.
+    keras' serialize / deserialize the same class), the same variables (by path) once called,
+    which computes the same function.
 
     Returns:
         The layer rebuilt by from_config (given the original's weights), for checks of its
@@ -148,21 +168,30 @@ def run_serialization_test(case: LayerCase):
         json.loads(json.dumps(keras.saving.serialize_keras_object(layer))))
     assert type(deserialized) is case.cls and deserialized.get_config() == config
     case.call(revived)  # builds every variable
+    assert [v.path for v in revived.weights] == [v.path for v in layer.weights]
     revived.set_weights(layer.get_weights())
     _assert_same(_numpy(case.call(revived)), _numpy(expected), what="from_config")
     return revived
 
 
+def _own_paths(layer) -> List[str]:
+    """The paths of the layer's variables, less a leading `<layer name>/`: a model's sub-layers
+    built by its first call are under its name scope, a loaded model's are built from its build
+    config outside it (the same variables, one prefix less)."""
+    prefix = layer.name + "/"
+    return [v.path[len(prefix):] if v.path.startswith(prefix) else v.path for v in layer.weights]
+
+
 def run_saving_test(case: LayerCase, directory):
-    """The built layer saved as a .keras file and loaded back: same class, config, variable paths,
-    weights and output."""
+    """The built layer saved as a .keras file and loaded back: same class, config, variable paths
+    (`_own_paths`), weights and output."""
     layer = case.build()
     expected = _numpy(case.call(layer))
     path = os.path.join(str(directory), f"{case.cls.__name__}.keras")
     keras.saving.save_model(layer, path)
     restored = keras.saving.load_model(path)
     assert type(restored) is case.cls and restored.get_config() == layer.get_config()
-    assert [v.path for v in restored.weights] == [v.path for v in layer.weights]
+    assert _own_paths(restored) == _own_paths(layer)
     for a, b in zip(restored.get_weights(), layer.get_weights()):
         np.testing.assert_array_equal(a, b)
     _assert_same(_numpy(case.call(restored)), expected, what=".keras reload")
@@ -249,13 +278,18 @@ def _spec(case: LayerCase, reference: Dict[str, Any], key: str, arrays: dict) ->
             "outputs_like": keras.tree.map_structure(lambda _: 0, reference["outputs"])}
 
 
+def _shape_tuples(shape):
+    """`shape` with the lists JSON made of its shape tuples turned back into tuples."""
+    if isinstance(shape, dict):
+        return {key: _shape_tuples(value) for key, value in shape.items()}
+    return tuple(shape)
+
+
 def case_from_spec(entry: dict, arrays: dict, key: str) -> LayerCase:
     module, name = entry["cls"].split(":")
     cls = getattr(importlib.import_module(module), name)
     fields = dict(entry["fields"])
-    shape = fields["expected_output_shape"]  # JSON turned the shape tuples into lists
-    fields["expected_output_shape"] = ({k: tuple(v) for k, v in shape.items()}
-                                       if isinstance(shape, dict) else tuple(shape))
+    fields["expected_output_shape"] = _shape_tuples(fields["expected_output_shape"])
     return LayerCase(cls=cls, input_data=_unflatten(arrays, f"{key}/input", entry["input_like"]),
                      **fields)
 

@@ -285,16 +285,9 @@ def test_sh4_sh7_sh8_two_optimizer_steps_match_numpy(tmp_path):
                 assert optimizer.lr_multiplier(var) == pytest.approx(value), var.path
 
 
-def test_model_with_every_head_family_round_trips_through_get_config():
-    specs = [{"name": "cola", "num_labels": 2}, {"name": "sts", "family": "regression"},
-             {"name": "squad", "family": "qa", "beam_size": 4, "joint_prediction": False,
-              "answerable_weight": 0.25}, {"name": "chunk", "family": "tagging", "num_labels": 5}]
-    model = FinetuningModel(TINY_ENCODER, specs)
-    clone = FinetuningModel.from_config(model.get_config())
-    assert clone.tasks == model.tasks
-    assert [v.path for v in clone.trainable_variables] == [v.path for v in model.trainable_variables]
-    head = clone.task_heads.heads["squad"]
-    assert (head.beam_size, head.joint_prediction, head.answerable_weight) == (4, False, 0.25)
+# The config round trips of every head, `TaskHeads` and `FinetuningModel` are declared in
+# tests/finetuning/test_finetuning_layers.py.
+def test_unknown_head_family_is_refused():
     with pytest.raises(ValueError, match="unknown head family 'nope'"):
         FinetuningModel(TINY_ENCODER, [{"name": "x", "family": "nope"}])
 

@@ -101,14 +101,13 @@ def test_the_compiled_step_reads_the_step_from_its_seed():
     assert sampled.experimental_get_tracing_count() == 1
 
 
-def test_config_round_trip_keeps_the_variants():
+def test_config_keeps_the_variants():
+    """(Its round trip, and the rebuilt frozen generator's: test_layers_backends.py,
+    PRETRAINER_VARIANTS["temperature_curriculum_frozen_generator"].)"""
     model = _model(temperature_start=2.0, temperature_schedule="cosine", frozen_generator_dir="/x")
     config = model.get_config()
     assert (config["temperature_start"], config["temperature_decay_steps"],
             config["temperature_schedule"], config["frozen_generator"]) == (2.0, 10, "cosine", True)
-    again = ElectraPretrainer.from_config(config)
-    assert again.get_config() == config
-    assert not again.generator.trainable_variables
 
 
 def test_a_frozen_generator_has_no_trainable_variable_and_no_gradient_path():
