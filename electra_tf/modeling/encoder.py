@@ -464,7 +464,7 @@ class ElectraEncoder(keras.layers.Layer):
     @classmethod
     def from_model_config(cls, model_config, embeddings: Optional[ElectraEmbeddings] = None,
                           **kwargs) -> "ElectraEncoder":
-        """Builds an encoder from an `electra_tf.config.ModelConfig` (official BertConfig sizes).
+        """Builds an encoder from an `electra_tf.model_config.ModelConfig` (official BertConfig sizes).
 
         Args:
             model_config: `ModelConfig`, e.g. from `get_bert_config` or `get_generator_config`.

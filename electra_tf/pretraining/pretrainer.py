@@ -27,17 +27,17 @@ import keras_hub
 from keras import ops
 
 from electra_tf import generator_checks
-from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
-                               get_generator_config)
+from electra_tf.config import PretrainingConfig
+from electra_tf.model_config import ModelConfig, get_bert_config, get_generator_config
 from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
-from electra_tf.pretraining.masking import MaskingOptions
-from electra_tf.pretraining.temperature import temperature_at
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking, batch_size_of, masked_inputs,
                                            step_seed)
+from electra_tf.pretraining.masking import MaskingOptions
+from electra_tf.pretraining.temperature import temperature_at
 from electra_tf.vocab import SpecialTokens
 
 # Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
