@@ -77,11 +77,7 @@ def validate(config) -> None:
         need(path is None or is_utf8_path(path),
              f"{key} {shown_path(path or '')}: TensorFlow reads and writes only file names "
              "that are valid UTF-8; rename the directory")
-    unknown = sorted(set(config.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
-    need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
-                      f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
-    for key, value in config.model_hparam_overrides.items():
-        coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
+    _validate_model_overrides(config, need)
     need(config.masking in MASKINGS,
          f"masking must be one of {', '.join(MASKINGS)}, got {config.masking!r}")
     need(config.embedding_sharing in EMBEDDING_SHARINGS,
@@ -98,6 +94,15 @@ def validate(config) -> None:
     generator_checks.validate_two_stage_sizes(config, bert, need)
     if config.electra_objective and config.untied_generator:
         get_generator_config(config, bert)
+
+
+def _validate_model_overrides(config, need) -> None:
+    """`model_hparam_overrides`: `ModelConfig` fields only (not embedding_size), each of its type."""
+    unknown = sorted(set(config.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
+    need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
+                      f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
+    for key, value in config.model_hparam_overrides.items():
+        coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
 
 
 def _validate_ranges(config, need) -> None:
