@@ -10,50 +10,24 @@ one, so a user's JSON that worked there means the same thing here:
 
 Step 3 is the official "second update" made explicit: official code applies the presets and then
 re-applies the user's hparams, which is the same as applying presets only to keys the user left alone.
+
+Reading the hparams (JSON, unknown keys, types) is `hparams`; the checks of the values,
+`hparam_checks`; the encoder sizes a config gives, `model_config`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import math
 import os
 import typing
 from typing import Any, Mapping, Optional, Union
 
-from electra_tf import atomic, generator_checks
-from electra_tf.errors import ElectraError, is_utf8_path, shown_path
+from electra_tf import atomic, hparam_checks, probe_settings
+from electra_tf.hparams import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
+from electra_tf.model_config import MODEL_SIZES
 
-MODEL_SIZES = ("small", "base", "large")
 MODELS_DIR = "models"  # DATA_DIR/models/MODEL_NAME: a run directory (training.run_dir)
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-# The Keras backend a run trains with: TensorFlow (the default, the fidelity reference; every
-# feature) or JAX / PyTorch (electra_tf.training.portable_trainer).
-BACKENDS = ("tensorflow", "jax", "torch")
-# "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
-OPTIMIZERS = ("adamw", "lamb")
-# How generator and discriminator share the embedding block: "tied" (official: the same
-# variables) | "gdes" (gradient-disentangled, DeBERTaV3: the discriminator reads
-# stop_gradient(block) + its own zero-initialised deltas; modeling.embeddings).
-EMBEDDING_SHARINGS = ("tied", "gdes")
-# How masked positions are chosen (the official `proposal_distribution` seam of `mask()`): the
-# names of pretraining.masking.STRATEGIES, "random" (official: single tokens) | "whole_word".
-MASKINGS = ("random", "whole_word")
-# TensorFlow's shapes and loop counters are int32: a batch of more elements, or more steps per
-# call, overflows them (a traceback deep in TensorFlow), so such values are refused up front.
-MAX_INT32 = 2**31 - 1
-MAX_SEED = 2**32 - 1
-_MAX_FLOAT_INT = 2**1023  # ints past this do not convert to a float  # numpy's global seed (set with the others by keras.utils.set_random_seed)
-
-# Official `training_utils.get_bert_config` size table: hidden width and depth. Heads and FFN width
-# are derived (hidden // 64 and 4 * hidden).
-_SIZE_TABLE = {
-    "small": {"hidden_size": 256, "num_hidden_layers": 12},
-    "base": {"hidden_size": 768, "num_hidden_layers": 12},
-    "large": {"hidden_size": 1024, "num_hidden_layers": 24},
-}
 
 # The paper's training settings for base and large (Table 6). The official repo keeps them as a
 # commented-out block in configure_pretraining.py; electra-tf applies them when the size is chosen
@@ -77,7 +51,7 @@ SIZE_PRESETS = {
 }
 
 # Official debug mode: a tiny model trained for a few steps (the model part lives in
-# `get_bert_config`). Unlike the official code, debug never deletes the model directory.
+# `model_config.DEBUG_MODEL`). Unlike the official code, debug never deletes the model directory.
 DEBUG_PRESET = {
     "train_batch_size": 8,
     "num_train_steps": 20,
@@ -85,16 +59,6 @@ DEBUG_PRESET = {
     "iterations_per_loop": 1,
     "num_eval_steps": 2,
 }
-DEBUG_MODEL = {
-    "num_hidden_layers": 3,
-    "hidden_size": 144,
-    "intermediate_size": 576,
-    "num_attention_heads": 4,
-}
-
-
-class ConfigError(ElectraError, ValueError):
-    """An hparam is unknown, has the wrong type or an invalid value."""
 
 
 def check_model_name(name: str) -> None:
@@ -112,65 +76,6 @@ def check_model_name(name: str) -> None:
             or not name.isprintable()):
         raise ConfigError(f"--model-name must be one directory name (not empty, no '/', not "
                           f"'.' or '..'), got {name!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Transformer sizes of one encoder (the official `BertConfig`, plus `embedding_size`).
-
-    Attributes:
-        vocab_size: int. Rows of the word-embedding table.
-        hidden_size: int. Width H of the transformer.
-        num_hidden_layers: int. Number of transformer blocks.
-        num_attention_heads: int. Heads per block; must divide hidden_size.
-        intermediate_size: int. FFN width.
-        embedding_size: int. Width E of the embedding block; a linear E->H projection is added
-            when E != H.
-        hidden_act: str. FFN activation; "gelu" is the exact (erf) GELU.
-        hidden_dropout_prob: float. Dropout on embeddings and residual branches.
-        attention_probs_dropout_prob: float. Dropout on attention probabilities.
-        max_position_embeddings: int. Rows of the position table.
-        type_vocab_size: int. Rows of the token-type table.
-        initializer_range: float. Stddev of the truncated-normal initializer.
-    """
-
-    vocab_size: int
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    embedding_size: int
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-
-    def __post_init__(self):
-        if self.hidden_size % self.num_attention_heads:
-            raise ConfigError(
-                f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
-                f"{self.num_attention_heads}"
-            )
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "embedding_size", "max_position_embeddings",
-                     "type_vocab_size"):
-            if not 1 <= getattr(self, name) <= MAX_INT32:
-                raise ConfigError(f"model {name} must be in [1, {MAX_INT32}], got "
-                                  f"{getattr(self, name)}")
-        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ConfigError(f"model {name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0.0 < self.initializer_range < math.inf:
-            raise ConfigError(f"model initializer_range must be > 0, got {self.initializer_range}")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-_MODEL_OVERRIDE_KEYS = tuple(f.name for f in dataclasses.fields(ModelConfig) if f.name != "embedding_size")
-_MODEL_TYPES = typing.get_type_hints(ModelConfig)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,8 +257,6 @@ class PretrainingConfig:
             derived["vocab_file"] = (spm_model if not os.path.exists(vocab)
                                      and os.path.isfile(spm_model) else vocab)
         if config.probe is not None:
-            from electra_tf import probe_settings  # imports this module
-
             derived["probe"] = probe_settings.resolved(config.probe)
         if config.model_dir is None:
             derived["model_dir"] = join(data_dir, MODELS_DIR, model_name)
@@ -362,103 +265,9 @@ class PretrainingConfig:
         return config
 
     def validate(self) -> None:
-        """Checks value ranges and combinations; raises ConfigError naming the hparam."""
-        def need(cond, message):
-            if not cond:
-                raise ConfigError(message)
-
-        need(self.do_train or self.do_eval or self.do_export,
-             "nothing to do: set do_train, do_eval or do_export to true")
-        need(self.backend in BACKENDS,
-             f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        need(self.strategy in STRATEGIES,
-             f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}")
-        need(self.mixed_precision in PRECISIONS,
-             f"mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
-        need(self.resolved_mixed_precision in (None,) + PRECISIONS[1:],
-             f"resolved_mixed_precision must be one of {', '.join(PRECISIONS[1:])}, got "
-             f"{self.resolved_mixed_precision!r}")
-        need(self.optimizer in OPTIMIZERS,
-             f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
-        need(not self.electric_objective and not self.two_tower_generator,
-             "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
-             "see docs/config.md")
-        self._validate_ranges(need)
-        if self.probe is not None:
-            from electra_tf import probe_settings  # imports this module
-
-            probe_settings.parse(self.probe)
-        need(self.inter_op_threads is None or self.inter_op_threads >= 0,
-             f"inter_op_threads must be null (automatic) or >= 0, got {self.inter_op_threads}")
-        need(self.embedding_size is None or self.embedding_size >= 1, "embedding_size must be >= 1")
-        for key in ("model_dir", "vocab_file", "pretrain_tfrecords", "eval_tfrecords",
-                    "two_stage_generator_dir", "frozen_generator_dir"):
-            path = getattr(self, key)
-            need(path is None or is_utf8_path(path),
-                 f"{key} {shown_path(path or '')}: TensorFlow reads and writes only file names "
-                 "that are valid UTF-8; rename the directory")
-        unknown = sorted(set(self.model_hparam_overrides) - set(_MODEL_OVERRIDE_KEYS))
-        need(not unknown, f"unknown key(s) in model_hparam_overrides: {', '.join(unknown)} "
-                          f"(valid: {', '.join(_MODEL_OVERRIDE_KEYS)})")
-        for key, value in self.model_hparam_overrides.items():
-            coerce_hparam(f"model_hparam_overrides.{key}", value, _MODEL_TYPES[key])
-        need(self.masking in MASKINGS,
-             f"masking must be one of {', '.join(MASKINGS)}, got {self.masking!r}")
-        need(self.embedding_sharing in EMBEDDING_SHARINGS,
-             f"embedding_sharing must be one of {', '.join(EMBEDDING_SHARINGS)}, got "
-             f"{self.embedding_sharing!r}")
-        # Where the generator comes from and how it samples: gdes, decoupled_optimizers,
-        # two-stage, the frozen generator and the temperature curriculum (generator_checks).
-        generator_checks.validate_generator(self, need)
-        if not self.untied_generator:
-            need(self.electra_objective,
-                 "untied_generator=false shares the discriminator with the generator: needs electra_objective")
-        # Building the model configs validates sizes (head divisibility etc.).
-        bert = get_bert_config(self)
-        generator_checks.validate_two_stage_sizes(self, bert, need)
-        if self.electra_objective and self.untied_generator:
-            get_generator_config(self, bert)
-
-    def _validate_ranges(self, need) -> None:
-        """The numeric hparams' ranges: finite, within int32 where TensorFlow needs it."""
-        need(0.0 < self.mask_prob <= 1.0, f"mask_prob must be in (0, 1], got {self.mask_prob}")
-        need(self.temperature > 0.0, f"temperature must be > 0, got {self.temperature}")
-        need(self.gen_weight >= 0.0 and self.disc_weight >= 0.0,
-             "gen_weight and disc_weight must be >= 0")
-        need(0.0 < self.generator_hidden_size, "generator_hidden_size must be > 0")
-        need(0.0 < self.generator_layers, "generator_layers must be > 0")
-        need(8 <= self.max_seq_length <= 512,
-             f"max_seq_length must be in [8, 512] (512 position embeddings), got {self.max_seq_length}")
-        need(1 <= self.max_predictions_per_seq <= self.max_seq_length,
-             f"max_predictions_per_seq must be in [1, max_seq_length], got {self.max_predictions_per_seq}")
-        for key in ("train_batch_size", "eval_batch_size", "iterations_per_loop",
-                    "save_checkpoints_steps", "num_train_steps", "num_eval_steps", "vocab_size"):
-            need(getattr(self, key) >= 1, f"{key} must be >= 1, got {getattr(self, key)}")
-        need(self.num_warmup_steps >= 0, f"num_warmup_steps must be >= 0, got {self.num_warmup_steps}")
-        need(self.gradient_accumulation_steps >= 1 and
-             self.train_batch_size % self.gradient_accumulation_steps == 0,
-             f"gradient_accumulation_steps must be >= 1 and divide train_batch_size "
-             f"{self.train_batch_size}, got {self.gradient_accumulation_steps}")
-        need(self.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
-        need(self.max_skipped_nonfinite_steps >= 0,
-             f"max_skipped_nonfinite_steps must be >= 0, got {self.max_skipped_nonfinite_steps}")
-        need(self.learning_rate >= 0.0, f"learning_rate must be >= 0, got {self.learning_rate}")
-        need(self.generator_learning_rate is None or self.generator_learning_rate >= 0.0,
-             f"generator_learning_rate must be >= 0, got {self.generator_learning_rate}")
-        need(self.weight_decay_rate >= 0.0,
-             f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
-        need(self.lr_decay_power >= 0.0, f"lr_decay_power must be >= 0, got {self.lr_decay_power}")
-        need(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED}], got {self.seed}")
-        for key in ("train_batch_size", "eval_batch_size"):
-            elements = getattr(self, key) * self.max_seq_length
-            need(elements <= MAX_INT32,
-                 f"{key}={getattr(self, key)} is too large: a batch of {key} * max_seq_length = "
-                 f"{elements} tokens overflows TensorFlow's int32 shapes (at most {MAX_INT32})")
-        for key in ("iterations_per_loop", "save_checkpoints_steps", "num_train_steps",
-                    "num_eval_steps", "num_warmup_steps", "keep_checkpoint_max",
-                    "max_skipped_nonfinite_steps", "max_predictions_per_seq"):
-            need(getattr(self, key) <= MAX_INT32,
-                 f"{key} must be at most {MAX_INT32}, got {getattr(self, key)}")
+        """Checks value ranges and combinations; raises ConfigError naming the hparam
+        (`hparam_checks.validate`)."""
+        hparam_checks.validate(self)
 
     # --- Serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -505,81 +314,6 @@ HPARAM_NAMES = tuple(f.name for f in dataclasses.fields(PretrainingConfig)
 IGNORED_OFFICIAL_HPARAMS = ("use_tpu", "num_tpu_cores", "tpu_job_name")
 
 
-def parse_hparams(hparams: Union[None, str, Mapping[str, Any]]) -> dict:
-    """Turns `--hparams` (JSON string, path to a .json file, or mapping) into a dict.
-
-    Raises:
-        ConfigError: the file is missing, the JSON is invalid, or it is not an object.
-    """
-    if hparams is None:
-        return {}
-    if isinstance(hparams, Mapping):
-        return dict(hparams)
-    text = hparams.strip()
-    source = "--hparams"
-    if text.endswith(".json") and not text.startswith("{"):
-        if not os.path.isfile(text):
-            raise ConfigError(f"hparams file not found: {text}")
-        source = text
-        try:
-            with open(text, encoding="utf-8") as f:
-                text = f.read()
-        except UnicodeDecodeError as e:
-            raise ConfigError(f"{source}: not a UTF-8 JSON file (byte offset {e.start})") from None
-    try:
-        parsed = json.loads(text) if text else {}
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from e
-    except RecursionError:
-        raise ConfigError(f"{source}: JSON nested too deeply (hparams are a flat object)") from None
-    if not isinstance(parsed, dict):
-        raise ConfigError(f"{source}: expected a JSON object of hparams, got {type(parsed).__name__}")
-    return parsed
-
-
-def check_known_hparams(hparams: Mapping[str, Any], names) -> None:
-    """Raises ConfigError for the first key not in `names`, suggesting the closest valid one."""
-    for key in hparams:
-        if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"Unknown hparam {key!r}{hint}")
-
-
-def coerce_hparam(key: str, value: Any, annotation: Any) -> Any:
-    """Checks a value against a config field's annotated type (bool, int, float, str, Mapping,
-    optionally Optional); ints are accepted for float fields, NaN and infinities are not.
-
-    Raises:
-        ConfigError: naming the hparam, the expected type and the value.
-    """
-    optional = typing.get_origin(annotation) is Union and type(None) in typing.get_args(annotation)
-    if optional:
-        if value is None:
-            return None
-        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
-    if annotation is bool:
-        ok = isinstance(value, bool)
-    elif annotation is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not (isinstance(value, int) or math.isfinite(value)) or (
-                isinstance(value, int) and abs(value) > _MAX_FLOAT_INT):
-            # JSON's NaN / Infinity (Python's json accepts them), or an int beyond float range
-            raise ConfigError(f"hparam {key!r} must be a finite number, got {str(value)[:40]}")
-        value = float(value) if ok else value
-    elif annotation is str:
-        ok = isinstance(value, str)
-    else:  # Mapping
-        ok = isinstance(value, Mapping)
-    if not ok:
-        name = getattr(annotation, "__name__", str(annotation))
-        raise ConfigError(f"hparam {key!r} must be {name}{' or null' if optional else ''}, "
-                          f"got {value!r} ({type(value).__name__})")
-    return value
-
-
 def _resolve_aliases(hparams: Mapping[str, Any]) -> dict:
     """`hparams` with the deprecated alias `whole_word_masking` (a bool: true is `masking`
     "whole_word", false "random"; config.json files of earlier runs hold it) replaced by `masking`.
@@ -610,53 +344,3 @@ _TYPES = typing.get_type_hints(PretrainingConfig)
 
 def _coerce(key: str, value: Any) -> Any:
     return coerce_hparam(key, value, _TYPES[key])
-
-
-def get_bert_config(config: PretrainingConfig) -> ModelConfig:
-    """The discriminator's sizes: official size table, overrides applied twice, debug model.
-
-    Heads and FFN width are derived from the (possibly overridden) hidden size, then the overrides
-    are applied again, so overriding hidden_size re-derives heads and FFN unless they are overridden
-    too (official `training_utils.get_bert_config`).
-    """
-    d = dict(_SIZE_TABLE[config.model_size], vocab_size=config.vocab_size)
-    d.update(config.model_hparam_overrides)
-    d["num_attention_heads"] = max(1, d["hidden_size"] // 64)
-    d["intermediate_size"] = 4 * d["hidden_size"]
-    d.update(config.model_hparam_overrides)
-    if config.debug:
-        d.update(DEBUG_MODEL)
-    d["embedding_size"] = config.embedding_size or d["hidden_size"]
-    return ModelConfig(**d)
-
-
-def get_generator_config(config: PretrainingConfig, bert_config: ModelConfig) -> ModelConfig:
-    """The generator's sizes, derived by the official fractions.
-
-    hidden = round(H * generator_hidden_size), layers = round(layers * generator_layers),
-    FFN = 4 * hidden, heads = max(1, hidden // 64). With shared embeddings the generator reads the
-    discriminator's embedding block (width E); untied, it has its own at its hidden width.
-    """
-    hidden = int(round(bert_config.hidden_size * config.generator_hidden_size))
-    layers = int(round(bert_config.num_hidden_layers * config.generator_layers))
-    if hidden < 1 or layers < 1:
-        raise ConfigError(
-            f"generator would have hidden_size {hidden} and {layers} layers: raise "
-            "generator_hidden_size / generator_layers"
-        )
-    try:
-        return _replace_model(bert_config, hidden, layers, config.untied_generator_embeddings)
-    except ConfigError as e:
-        raise ConfigError(f"generator (derived by generator_hidden_size={config.generator_hidden_size}, "
-                          f"generator_layers={config.generator_layers}): {e}") from None
-
-
-def _replace_model(bert_config: ModelConfig, hidden: int, layers: int, untied_embeddings: bool) -> ModelConfig:
-    return dataclasses.replace(
-        bert_config,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        intermediate_size=4 * hidden,
-        num_attention_heads=max(1, hidden // 64),
-        embedding_size=hidden if untied_embeddings else bert_config.embedding_size,
-    )

@@ -3,7 +3,7 @@
 Every error a user can fix (a bad flag, file, config or run directory) derives from
 `ElectraError`; the command-line tools catch that base alone (`electra_tf.cli.run_cli`), print
 one line and exit 2. Anything else is a bug and keeps its traceback. The concrete classes live
-next to the code that raises them (`ConfigError` in config.py, `VocabError` in vocab.py, ...);
+next to the code that raises them (`ConfigError` in hparams.py, `VocabError` in vocab.py, ...);
 `TrainingError` lives here because every module of `electra_tf.training` raises it.
 """
 

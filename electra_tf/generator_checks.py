@@ -1,9 +1,10 @@
 """The hparam checks of where the generator comes from and how it samples.
 
-`PretrainingConfig.validate` calls these for the generator variants: GDES embedding sharing,
-decoupled optimizers, two-stage training, the frozen pretrained generator and the temperature
-curriculum. Each nonsensical combination is one line naming the hparams. Kept apart from
-`config.py` (the hparams and their construction) because the variants' rules grow together.
+`PretrainingConfig.validate` (`hparam_checks.validate`) calls these for the generator variants:
+GDES embedding sharing, decoupled optimizers, two-stage training, the frozen pretrained generator
+and the temperature curriculum. Each nonsensical combination is one line naming the hparams. Kept
+apart from `hparam_checks.py` (the other hparams' checks) because the variants' rules grow
+together.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import dataclasses
 import typing
 from typing import Any, Mapping
 
-from electra_tf.config import MAX_INT32, ConfigError, check_known_hparams, coerce_hparam
 from electra_tf.errors import is_utf8_path, shown_path
+from electra_tf.hparams import MAX_INT32, ConfigError, check_known_hparams, coerce_hparam
 
 # How the per-token hidden states of the discriminator's last layer become one vector.
 POOLINGS = ("mean", "cls")

@@ -437,7 +437,8 @@ def budget(settings: Settings) -> dict:
     The two-stage objectives (`two_stage`, `fast_electra`) give both stages the same number of
     steps: the generator's pretraining is charged in full to the run that uses it.
     """
-    from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
     disc = get_bert_config(config)
@@ -481,7 +482,8 @@ def fast_electra_stage1_hparams(settings: Settings, steps: int) -> dict:
     """Fast-ELECTRA's stage 1: an MLM-only run whose encoder has the sizes of the ELECTRA run's
     generator (heads and FFN derived as the official generator's), so stage 2 can take it as its
     `frozen_generator_dir` with the default generator fractions."""
-    from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
     gen = get_generator_config(config, get_bert_config(config))

@@ -119,7 +119,8 @@ def plan(settings: GpuSettings) -> dict:
     Steps are rounded to a multiple of `parts`, so every checkpoint lands on a fraction of the
     budget; the FLOPs each run really gets are reported with the rounding.
     """
-    from electra_tf.config import PretrainingConfig, get_bert_config, get_generator_config
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", dict(base_hparams(settings),
                                                                num_train_steps=1))

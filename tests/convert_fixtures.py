@@ -193,7 +193,7 @@ def ours_discriminator(model, input_ids, input_mask, segment_ids):
 
 def ours_generator_logits(model, input_ids, input_mask, segment_ids):
     """Generator MLM logits [B, L, V] at every position, eval mode."""
-    from electra_tf.pretraining.pretrainer import word_embedding_table
+    from electra_tf.pretraining.encoder_interface import word_embedding_table
 
     inputs = {"input_ids": tf.constant(input_ids), "input_mask": tf.constant(input_mask),
               "segment_ids": tf.constant(segment_ids)}

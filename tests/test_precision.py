@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from electra_tf import precision
-from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.config import PretrainingConfig
+from electra_tf.hparams import ConfigError
 from electra_tf.precision import DeviceFacts, resolve
 from tests import pretraining_fixtures as fx
 

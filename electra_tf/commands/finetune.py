@@ -74,7 +74,7 @@ def with_spm_model(hparams, spm_model):
     """The --hparams with --spm-model as their vocab_file (a SentencePiece model, checked)."""
     if spm_model is None:
         return hparams
-    from electra_tf.config import parse_hparams
+    from electra_tf.hparams import parse_hparams
     from electra_tf.sentencepiece_vocab import SENTENCEPIECE
     from electra_tf.vocab import VocabError, load_vocab
 

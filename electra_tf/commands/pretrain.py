@@ -29,8 +29,9 @@ import sys
 from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
-from electra_tf.config import (BACKENDS, HPARAM_NAMES, ConfigError, PretrainingConfig,
-                               parse_hparams)
+from electra_tf.config import HPARAM_NAMES, PretrainingConfig
+from electra_tf.hparam_checks import BACKENDS
+from electra_tf.hparams import ConfigError, parse_hparams
 from electra_tf.precision import AUTO_HELP
 
 logger = logging.getLogger("electra_tf")

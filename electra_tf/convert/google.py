@@ -41,14 +41,15 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic
-from electra_tf.config import (PretrainingConfig, get_bert_config, get_generator_config,
-                               parse_hparams)
+from electra_tf.config import PretrainingConfig
 from electra_tf.convert import names
 from electra_tf.convert.google_sizes import (CheckpointSizes, describe_configured_model,
                                              infer_sizes, resolve_config)
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
 from electra_tf.errors import error_line, shown_path
+from electra_tf.hparams import parse_hparams
+from electra_tf.model_config import get_bert_config, get_generator_config
 from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.vocab import load_vocab
 

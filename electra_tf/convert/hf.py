@@ -34,14 +34,14 @@ from typing import Dict, Mapping, Optional
 import numpy as np
 
 from electra_tf import atomic
-from electra_tf.config import ModelConfig
 from electra_tf.convert import names
 from electra_tf.convert.hf_tokenizer import TOKENIZER_JSON_NAME, write_tokenizer_json
 from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
-from electra_tf.training import run_dir
+from electra_tf.model_config import ModelConfig
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
+from electra_tf.training import run_dir
 from electra_tf.vocab import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN
 
 logger = logging.getLogger("electra_tf")

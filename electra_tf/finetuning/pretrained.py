@@ -31,10 +31,12 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.config import ConfigError, PretrainingConfig, get_bert_config
+from electra_tf.config import PretrainingConfig
 from electra_tf.errors import ElectraError, TrainingError, error_line
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
+from electra_tf.hparams import ConfigError
+from electra_tf.model_config import get_bert_config
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.training.export import EXTRA_DIR

@@ -22,7 +22,7 @@ How positions are chosen is the masking strategy, a name (`masking`, the officia
 `proposal_distribution` seam of `mask()`): "random" is the above (official), "whole_word" chooses
 whole words (`whole_word.py`). `STRATEGIES` maps each name to its function: a new strategy is a
 module with one `choose_positions(selection)` function and one line there (and its name in
-`config.MASKINGS`, the hparam's values). `MaskingOptions` groups everything the masking layer
+`hparam_checks.MASKINGS`, the hparam's values). `MaskingOptions` groups everything the masking layer
 (`layers.ElectraMasking`) takes.
 
 Randomness comes from the counter-based hash keyed by the per-example `keys` (see `seeds.py`

@@ -23,21 +23,22 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import keras
-import keras_hub
 from keras import ops
 
 from electra_tf import generator_checks
-from electra_tf.config import (ModelConfig, PretrainingConfig, get_bert_config,
-                               get_generator_config)
+from electra_tf.config import PretrainingConfig
+from electra_tf.model_config import ModelConfig, get_bert_config, get_generator_config
 from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
 from electra_tf.pretraining import losses, masking, metrics, sampling, tensor_ops, whole_word
-from electra_tf.pretraining.masking import MaskingOptions
-from electra_tf.pretraining.temperature import temperature_at
+from electra_tf.pretraining.encoder_interface import (encoder_width, sequence_output,
+                                                      word_embedding_table)
 from electra_tf.pretraining.layers import (ElectraDiscriminatorOutput, ElectraFakeData,
                                            ElectraMasking, batch_size_of, masked_inputs,
                                            step_seed)
+from electra_tf.pretraining.masking import MaskingOptions
+from electra_tf.pretraining.temperature import temperature_at
 from electra_tf.vocab import SpecialTokens
 
 # Names of the encoders and heads; they follow the official variable scopes (§5.9) so checkpoint
@@ -147,20 +148,9 @@ class PretrainingModel(keras.Model):
                  generator_encoder: Optional[keras.layers.Layer] = None, **kwargs):
         super().__init__(**kwargs)
         needs_generator = electra_objective and untied_generator and not uniform_generator
-        if needs_generator and generator_config is None and generator_encoder is None:
-            raise ValueError("a generator (generator_config or generator_encoder) is required with "
-                             "electra_objective, untied_generator and not uniform_generator")
-        if discriminator_config is None and discriminator_encoder is None:
-            raise ValueError("give discriminator_config or discriminator_encoder")
-        if embedding_sharing not in ("tied", "gdes"):
-            raise ValueError(f"embedding_sharing must be 'tied' or 'gdes', got {embedding_sharing!r}")
-        if embedding_sharing == "gdes" and (
-                not needs_generator or untied_generator_embeddings or frozen_generator
-                or discriminator_encoder is not None or generator_encoder is not None):
-            raise ValueError("embedding_sharing='gdes' needs a generator network sharing the "
-                             "discriminator's embeddings (electra_objective, untied_generator, "
-                             "no uniform_generator, no untied_generator_embeddings, no custom "
-                             "encoders, no frozen_generator)")
+        _check_encoders(needs_generator, discriminator_config, generator_config,
+                        discriminator_encoder, generator_encoder, embedding_sharing,
+                        untied_generator_embeddings, frozen_generator)
         generator_checks.check_model_variants(
             needs_generator, electra_objective and not uniform_generator, frozen_generator,
             temperature_start, temperature_decay_steps, temperature_schedule)
@@ -455,60 +445,27 @@ def _serialize(layer):
     return None if layer is None else keras.saving.serialize_keras_object(layer)
 
 
-# ------------------------------------------------------------------------------------------------
-# Encoders: electra-tf's own, keras-hub backbones, or any layer mapping token ids to hidden states
-# ------------------------------------------------------------------------------------------------
-def _is_keras_hub_backbone(encoder) -> bool:
-    return isinstance(encoder, keras_hub.models.Backbone)
-
-
-def sequence_output(encoder, input_ids, input_mask, segment_ids, training):
-    """Runs an encoder and returns its hidden states [batch_size, seq_length, hidden].
-
-    electra-tf encoders and other layers get the official input names (`input_ids`,
-    `input_mask`, `segment_ids`); keras-hub backbones get theirs (`token_ids`, `padding_mask`,
-    `segment_ids`). The output may be a tensor or a dict holding `sequence_output`.
-    """
-    if _is_keras_hub_backbone(encoder):
-        inputs = {"token_ids": input_ids, "padding_mask": input_mask}
-        if "segment_ids" in encoder.input:
-            inputs["segment_ids"] = segment_ids
-        outputs = encoder(inputs, training=training)
-    else:
-        outputs = encoder({"input_ids": input_ids, "input_mask": input_mask,
-                           "segment_ids": segment_ids}, training=training)
-    if isinstance(outputs, Mapping):
-        if "sequence_output" not in outputs:
-            raise ValueError(f"encoder {encoder.name!r} returned keys {sorted(outputs)}; "
-                             "expected 'sequence_output'")
-        outputs = outputs["sequence_output"]
-    return outputs
-
-
-def word_embedding_table(encoder):
-    """The [vocab_size, embedding_size] input-embedding variable the MLM head is tied to.
+def _check_encoders(needs_generator: bool, discriminator_config, generator_config,
+                    discriminator_encoder, generator_encoder, embedding_sharing: str,
+                    untied_generator_embeddings: bool, frozen_generator: bool) -> None:
+    """`PretrainingModel`'s checks of where its encoders come from and how they share the
+    embedding block (`needs_generator`: it has a generator network).
 
     Raises:
-        ValueError: the encoder exposes no known word-embedding table.
+        ValueError: a needed encoder has neither a config nor a layer, or `embedding_sharing` is
+            unknown or "gdes" without a generator network sharing the discriminator's block.
     """
-    embeddings = getattr(encoder, "embeddings", None)
-    if isinstance(embeddings, DisentangledEmbeddings):  # GDES: the shared table (its shape)
-        embeddings = embeddings.shared
-    if isinstance(embeddings, ElectraEmbeddings):
-        return embeddings.word_embeddings.embeddings
-    token_embedding = getattr(encoder, "token_embedding", None)  # keras-hub backbones
-    if token_embedding is not None:
-        return token_embedding.embeddings
-    raise ValueError(f"cannot find the word-embedding table of encoder {encoder.name!r}: give it "
-                     "an `embeddings` (ElectraEmbeddings) or `token_embedding` attribute; the "
-                     "generator's MLM head is tied to that table")
-
-
-def encoder_width(encoder) -> int:
-    """Hidden width of an encoder's sequence output."""
-    for attribute in ("hidden_size", "hidden_dim"):
-        width = getattr(encoder, attribute, None)
-        if isinstance(width, int):
-            return width
-    raise ValueError(f"cannot tell the hidden width of encoder {encoder.name!r}: give it a "
-                     "`hidden_size` or `hidden_dim` attribute")
+    if needs_generator and generator_config is None and generator_encoder is None:
+        raise ValueError("a generator (generator_config or generator_encoder) is required with "
+                         "electra_objective, untied_generator and not uniform_generator")
+    if discriminator_config is None and discriminator_encoder is None:
+        raise ValueError("give discriminator_config or discriminator_encoder")
+    if embedding_sharing not in ("tied", "gdes"):
+        raise ValueError(f"embedding_sharing must be 'tied' or 'gdes', got {embedding_sharing!r}")
+    if embedding_sharing == "gdes" and (
+            not needs_generator or untied_generator_embeddings or frozen_generator
+            or discriminator_encoder is not None or generator_encoder is not None):
+        raise ValueError("embedding_sharing='gdes' needs a generator network sharing the "
+                         "discriminator's embeddings (electra_objective, untied_generator, "
+                         "no uniform_generator, no untied_generator_embeddings, no custom "
+                         "encoders, no frozen_generator)")

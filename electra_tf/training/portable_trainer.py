@@ -5,13 +5,15 @@ same model, objective, optimizer and step (`ElectraPretrainer.fit`, `portable_fi
 TensorFlow is absent (a TPU VM or a GPU box with JAX or PyTorch), with the same command line,
 hparams and run directory:
 
-1. Set up: the distribution (JAX: `keras.distribution.DataParallel` over every local device
-   when there are several, so the global batch is split as the TensorFlow path splits it over
-   replicas; with strategy multi_worker, over every device of several hosts, each reading its
-   part of the global batch: `hosts`), the precision ("auto" resolved for this device; no
+1. Set up: what these backends cannot run refused (`portable_support`), the distribution (JAX:
+   `keras.distribution.DataParallel` over every local device when there are several, so the
+   global batch is split as the TensorFlow path splits it over replicas; with strategy
+   multi_worker, over every device of several hosts, each reading its part of the global
+   batch: `hosts`), the precision ("auto" resolved for this device; no
    mixed_float16, whose loss scaling this step does not do), vocab and dataset checks, the run
    directory (config.json, the lock), the model and optimizer, then the start: the latest
-   `ckpt-N.npz` (`portable_checkpoint`) or step 0.
+   `ckpt-N.npz` (`portable_checkpoint`; the same on every host, with the reader's position when
+   its data key matches: `portable_resume`) or step 0.
 2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
    reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
    order); after each chunk the TensorBoard scalars (TensorBoard's own writer:
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
@@ -47,71 +48,13 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.training import (checkpoint_files, dataset_checks, hosts, optimization,
-                                 portable_board, portable_checkpoint, preemption, probe, run_base,
-                                 run_dir, summaries)
+                                 portable_board, portable_checkpoint, portable_resume,
+                                 portable_support, preemption, probe, run_base, run_dir,
+                                 summaries)
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
-
-# What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
-STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
-              "torch": ("auto", "one_device")}
-PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
-
-
-def check_supported(config: PretrainingConfig) -> None:
-    """One-line errors for what this backend cannot do (before anything is written).
-
-    Raises:
-        TrainingError: naming the flag or hparam.
-    """
-    backend = config.backend
-    if backend not in STRATEGIES:
-        raise TrainingError(f"--backend {backend}: the portable trainer runs jax or torch")
-    active = keras.backend.backend()
-    if active != backend:
-        raise TrainingError(f"--backend {backend}, but Keras was imported with the {active} "
-                            f"backend: set KERAS_BACKEND={backend} before importing keras (the "
-                            "tools do)")
-    if config.strategy not in STRATEGIES[backend]:
-        raise TrainingError(
-            f"strategy={config.strategy!r} with --backend {backend}: not supported (use "
-            f"{' or '.join(STRATEGIES[backend])}; several machines: --backend jax or "
-            "tensorflow with multi_worker)" + ("; PyTorch trains on one device here"
-                                               if backend == "torch" else ""))
-    unsupported = {
-        "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
-        "two_stage_generator_dir": bool(config.two_stage_generator_dir),
-        "frozen_generator_dir": bool(config.frozen_generator_dir),
-        "jit_compile": config.jit_compile and backend == "torch",
-    }
-    for key, used in unsupported.items():
-        if used:
-            raise TrainingError(f"hparam {key} is supported with --backend tensorflow only "
-                                f"(this run has --backend {backend})")
-    if config.mixed_precision == "mixed_float16":
-        raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
-                            f"{backend} does not do: use auto, mixed_bfloat16 or float32")
-
-
-def local_devices() -> List[str]:
-    """The devices Keras' distribution API sees (JAX: every local device)."""
-    if keras.backend.backend() != "jax":
-        return []
-    return keras.distribution.list_devices()
-
-
-def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
-                 run_hosts: hosts.Hosts = hosts.Hosts()) -> BatchReader:
-    """This host's training batches: input pipeline `index` of `count`, `global / count` rows
-    each (one host: the whole global batch), as the TensorFlow worker of that index reads."""
-    return BatchReader(config.pretrain_tfrecords,
-                       batch_size=config.train_batch_size // run_hosts.count,
-                       max_seq_length=config.max_seq_length, is_training=True, seed=seed,
-                       num_input_pipelines=run_hosts.count, input_pipeline_id=run_hosts.index,
-                       record_plan=plan)
-
 
 class PortableTrainer(run_base.LockedRun):
     """Holds the model, optimizer, reader and checkpoints of one run on JAX or PyTorch.
@@ -125,7 +68,7 @@ class PortableTrainer(run_base.LockedRun):
     """
 
     def __init__(self, config: PretrainingConfig, overwrite: bool = False):
-        check_supported(config)
+        portable_support.check_supported(config)
         self.hosts = hosts.join(config)
         self.reader: Optional[BatchReader] = None
         try:
@@ -146,10 +89,11 @@ class PortableTrainer(run_base.LockedRun):
         if self.hosts.several:
             self.devices = hosts.global_devices()
         else:
-            self.devices = local_devices() if config.strategy != "one_device" else []
+            self.devices = (portable_support.local_devices() if config.strategy != "one_device"
+                            else [])
         facts = precision.detect_keras_backend(config.backend)
-        self.precision = precision.choose(config.mixed_precision, allowed=PORTABLE_POLICIES,
-                                          facts=facts)
+        self.precision = precision.choose(config.mixed_precision,
+                                          allowed=portable_support.PORTABLE_POLICIES, facts=facts)
         self.config = config = dataclasses.replace(
             config, resolved_mixed_precision=self.precision.policy,
             resolved_mixed_precision_reason=self.precision.reason)
@@ -185,7 +129,8 @@ class PortableTrainer(run_base.LockedRun):
         self._build()
         self.stop = (hosts.HostsStop(self.hosts) if self.hosts.several
                      else preemption.HostStop())
-        self.data_key = self._compute_data_key()
+        self.data_key = portable_resume.data_key(
+            self.config, dataset_checks.record_plan(self.dataset_summaries, "train"), self.hosts)
         self.latest: Optional[str] = None
         self.restored_from: Optional[str] = None
         self._start()
@@ -217,7 +162,8 @@ class PortableTrainer(run_base.LockedRun):
         config = self.config
         found = portable_checkpoint.latest_good(config.model_dir)
         if self.hosts.several:
-            found = self._same_checkpoint_everywhere(found)
+            found = portable_resume.same_checkpoint_everywhere(found, self.hosts,
+                                                               config.model_dir)
         if found is None and os.path.isdir(os.path.join(config.model_dir,
                                                         checkpoint_files.INIT_CHECKPOINT_DIR)):
             raise TrainingError(
@@ -248,43 +194,10 @@ class PortableTrainer(run_base.LockedRun):
             portable_checkpoint.enforce_retention(config.model_dir,
                                                   config.keep_checkpoint_max or None)
 
-    def _same_checkpoint_everywhere(self, found: Optional[str]) -> Optional[str]:
-        """`found` if every host found the same newest checkpoint (one directory they all
-        read), else a TrainingError on every host."""
-        step = -1 if found is None else int(portable_checkpoint.NAME_PATTERN.match(
-            os.path.basename(found)).group(1))
-        steps = [int(s) for s in hosts.gather_ints(self.hosts, [step + 1])[:, 0] - 1]
-        if len(set(steps)) > 1:
-            seen = ", ".join(f"host {i}: {portable_checkpoint.file_name(s) if s >= 0 else 'none'}"
-                             for i, s in enumerate(steps))
-            raise TrainingError(
-                f"the hosts see different checkpoints in {self.config.model_dir} ({seen}): the "
-                "model dir must be one directory every host reads (a shared filesystem); host 0 "
-                "writes it")
-        return found
-
     def _train_reader(self, seed: int) -> BatchReader:
-        return train_reader(self.config,
+        return portable_resume.train_reader(self.config,
                             dataset_checks.record_plan(self.dataset_summaries, "train"), seed,
                             self.hosts)
-
-    def _compute_data_key(self) -> str:
-        """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`):
-        computed once per run (it stats every shard), saved with every checkpoint."""
-        config = self.config
-        from electra_tf.data import integrity
-
-        files = [(os.path.basename(f), os.path.getsize(f))
-                 for f in integrity.list_files(config.pretrain_tfrecords)] if config.do_train \
-            else []
-        plan = dataset_checks.record_plan(self.dataset_summaries, "train")
-        key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
-               "max_seq_length": config.max_seq_length, "backend": config.backend}
-        if self.hosts.several:  # one reader per host (one host: the key of before)
-            key["input_pipelines"] = self.hosts.count
-        if plan is not None:
-            key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 
     def close(self) -> None:
         """Releases the reader and the run directory's lock (idempotent)."""

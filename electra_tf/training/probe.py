@@ -169,7 +169,7 @@ class ProbeFeatures(keras.Model):
     """Pooled features of `encoder` (sharing its variables), in inference mode.
 
     Args:
-        encoder: the discriminator encoder (any encoder `pretrainer.sequence_output` runs).
+        encoder: the discriminator encoder (any encoder `encoder_interface.sequence_output` runs).
         pooling: "mean" or "cls" (`pooled_features`).
 
     Call: {input_ids, input_mask, segment_ids} int [batch, seq_length] -> float32
@@ -182,7 +182,7 @@ class ProbeFeatures(keras.Model):
         self.pooling = pooling
 
     def call(self, inputs):
-        from electra_tf.pretraining.pretrainer import sequence_output
+        from electra_tf.pretraining.encoder_interface import sequence_output
 
         hidden = sequence_output(self.encoder, inputs["input_ids"], inputs["input_mask"],
                                  inputs["segment_ids"], training=False)

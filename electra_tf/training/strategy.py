@@ -15,8 +15,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from electra_tf.config import STRATEGIES
 from electra_tf.errors import ElectraError, error_line
+from electra_tf.hparam_checks import STRATEGIES
 
 TPU_CONNECT_SECONDS = 20.0  # a TPU's gRPC port answers at once; a wrong address times out
 

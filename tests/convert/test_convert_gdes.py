@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import get_bert_config
 from electra_tf.convert import google, hf, names
 from electra_tf.convert import keras_hub as kh_convert
+from electra_tf.model_config import get_bert_config
 from electra_tf.modeling.embeddings import DisentangledEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.training import export as export_lib

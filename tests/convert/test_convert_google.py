@@ -77,7 +77,7 @@ def test_released_sizes_resolve_to_the_official_hparams(tmp_path, dims, expected
     sizes = google_sizes.infer_sizes(official_shapes_of(*dims))
     config, hparams = google_sizes.resolve_config(sizes, out_dir(tmp_path))
     assert hparams == dict(expected, vocab_size=30522, embedding_size=dims[2])
-    from electra_tf.config import get_bert_config, get_generator_config
+    from electra_tf.model_config import get_bert_config, get_generator_config
     bert = get_bert_config(config)
     generator = get_generator_config(config, bert)
     assert (bert.hidden_size, bert.num_hidden_layers, bert.embedding_size) == dims[:3]

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import ConfigError
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.registry import build_task, task_family
@@ -21,6 +20,7 @@ from electra_tf.finetuning.tagging.metrics import entity_f1, token_accuracy
 from electra_tf.finetuning.tagging.serving import EntityDecoder, TaggingEncoder, tagging_serving
 from electra_tf.finetuning.task import ScoreContext
 from electra_tf.finetuning.task_files import DataFileError
+from electra_tf.hparams import ConfigError
 from tests.finetuning.test_finetuning_tagging import assert_encoded_like_features
 from tests.finetuning_fixtures import tiny_pretrained, tokenizer_for, write_vocab
 

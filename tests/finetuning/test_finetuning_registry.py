@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from electra_tf.config import ConfigError
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.registry import OFFICIAL_TASKS, build_task, task_family
 from electra_tf.finetuning.task import FeatureSpec, FinetuningTask
 from electra_tf.finetuning.task_files import DataFileError
+from electra_tf.hparams import ConfigError
 
 
 def _config(tmp_path, **hparams):

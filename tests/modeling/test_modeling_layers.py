@@ -12,8 +12,9 @@ import pytest
 
 from electra_tf.modeling import kernel_settings
 from electra_tf.modeling.embeddings import ElectraEmbeddings
-from electra_tf.modeling.encoder import ElectraEncoder, TransformerLayer
+from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
+from electra_tf.modeling.transformer_layer import TransformerLayer
 from tests import backends
 from tests.layer_test_case import (
     LayerCase,

@@ -8,8 +8,9 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.modeling import kernel_settings
-from electra_tf.modeling.encoder import ElectraEncoder, TransformerLayer
+from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
+from electra_tf.modeling.transformer_layer import TransformerLayer
 
 METHODS = ("_ops_call", "_fused_call", "_xla_call")
 

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from electra_tf import config as config_lib
+from electra_tf import hparam_checks
 from electra_tf.pretraining import masking
 from electra_tf.pretraining.layers import ElectraMasking
 from electra_tf.pretraining.masking import MaskingOptions
@@ -61,7 +61,7 @@ def _assert_same(a, b):
 
 
 def test_every_masking_hparam_value_is_a_strategy():
-    assert tuple(masking.STRATEGIES) == config_lib.MASKINGS
+    assert tuple(masking.STRATEGIES) == hparam_checks.MASKINGS
     assert masking.STRATEGIES["whole_word"].needs_word_starts
     assert not masking.STRATEGIES["random"].needs_word_starts
     with pytest.raises(ValueError, match="masking must be one of random, whole_word, got 'span'"):

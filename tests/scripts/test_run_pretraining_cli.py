@@ -16,7 +16,8 @@ import tensorflow as tf
 import run_pretraining
 from electra_tf import cli
 from electra_tf.commands import pretrain
-from electra_tf.config import HPARAM_NAMES, ConfigError, PretrainingConfig
+from electra_tf.config import HPARAM_NAMES, PretrainingConfig
+from electra_tf.hparams import ConfigError
 from tests import pretraining_fixtures as fx
 
 SUBPROCESS_TIMEOUT = 180

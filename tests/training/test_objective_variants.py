@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import ConfigError
+from electra_tf.hparams import ConfigError
 from electra_tf.training import optimization
 from electra_tf.training import trainer as trainer_lib
 from electra_tf.training.optimizers import AdamWeightDecay

@@ -105,11 +105,11 @@ def two_hosts(data_dir, tmp_path_factory):
 
 
 # One process training on what the two hosts read together: each step's global batch is host
-# 0's part, then host 1's (the reader `portable_trainer.train_reader` gives each host).
+# 0's part, then host 1's (the reader `portable_resume.train_reader` gives each host).
 _ONE_PROCESS = """
 import json
 from electra_tf.config import PretrainingConfig
-from electra_tf.training import hosts, portable_checkpoint, portable_trainer
+from electra_tf.training import hosts, portable_checkpoint, portable_resume, portable_trainer
 
 
 class Union:
@@ -133,7 +133,7 @@ class Union:
 
 class BothHostsReader(portable_trainer.PortableTrainer):
     def _train_reader(self, seed):
-        return Union([portable_trainer.train_reader(self.config, None, seed, hosts.Hosts(2, i))
+        return Union([portable_resume.train_reader(self.config, None, seed, hosts.Hosts(2, i))
                       for i in range(2)])
 
 
@@ -154,11 +154,11 @@ def _one_process(data_dir):
 def test_each_host_reads_what_the_tensorflow_worker_of_its_index_reads(data_dir):
     import tensorflow as tf
 
-    from electra_tf.training import inputs, portable_trainer
+    from electra_tf.training import inputs, portable_resume
 
     config = fx.tiny_config(data_dir, "split", **HPARAMS)
     for index in range(2):
-        reader = portable_trainer.train_reader(config, None, config.seed, hosts.Hosts(2, index))
+        reader = portable_resume.train_reader(config, None, config.seed, hosts.Hosts(2, index))
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
                                              num_replicas_in_sync=2)
         split = inputs.InputSplit(context, config.train_batch_size // 2, 1)

@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from electra_tf.config import ConfigError, PretrainingConfig
-from electra_tf.finetuning.task_files import DataFileError
 from electra_tf import probe_settings
+from electra_tf.config import PretrainingConfig
+from electra_tf.finetuning.task_files import DataFileError
+from electra_tf.hparams import ConfigError
 from electra_tf.training import linear_probe, probe
 from electra_tf.training import trainer as trainer_lib
 from tests import backends

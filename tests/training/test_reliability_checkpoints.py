@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import ConfigError
+from electra_tf.hparams import ConfigError
 from electra_tf.training import checkpoint_files
 from electra_tf.training import trainer as trainer_lib
 from tests import fault_fixtures as faults

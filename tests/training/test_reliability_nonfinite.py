@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.config import ConfigError
 from electra_tf.data import pipeline
+from electra_tf.hparams import ConfigError
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 

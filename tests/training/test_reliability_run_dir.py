@@ -17,7 +17,8 @@ import time
 import pytest
 
 import run_pretraining
-from electra_tf.config import ConfigError, PretrainingConfig
+from electra_tf.config import PretrainingConfig
+from electra_tf.hparams import ConfigError
 from electra_tf.training import checkpoint_files, run_dir
 from electra_tf.training import trainer as trainer_lib
 from tests import fault_fixtures as faults

@@ -2,9 +2,9 @@
 
 The fast path of issue 5 is three changes, each switched off here to rebuild the unoptimised
 step (together with issue 19's kernels below):
-- `encoder.FUSED_BLOCK`: the fused transformer block (one QKV matmul, additive mask, mask-multiply
-  dropout with keras' own seeds, LayerNorm / bfloat16 GELU with closed-form gradients) vs
-  keras-hub's `TransformerEncoder.call` on the same variables;
+- `transformer_layer.FUSED_BLOCK`: the fused transformer block (one QKV matmul, additive mask,
+  mask-multiply dropout with keras' own seeds, LayerNorm / bfloat16 GELU with closed-form
+  gradients) vs keras-hub's `TransformerEncoder.call` on the same variables;
 - `losses._softmax_cross_entropy` (softmax-based NLL with a hand-written gradient) vs
   `tf.nn.sparse_softmax_cross_entropy_with_logits` + argmax;
 - the fused `ResourceApplyAdam` update of `AdamWeightDecay` vs its per-op update.
@@ -34,7 +34,8 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.modeling import dropout_streams, encoder, fused, kernel_settings, xla_clusters
+from electra_tf.modeling import (dropout_streams, encoder, fused, kernel_settings,
+                                 transformer_layer, xla_clusters)
 from electra_tf.pretraining import losses, sampling
 from electra_tf.training import optimization, optimizers
 from electra_tf.training.pretrainer import ElectraPretrainer
@@ -60,7 +61,7 @@ def _reference_cross_entropy(logits, labels):
 @contextlib.contextmanager
 def _unoptimised(monkeypatch):
     with monkeypatch.context() as m:
-        m.setattr(encoder, "FUSED_BLOCK", False)
+        m.setattr(transformer_layer, "FUSED_BLOCK", False)
         m.setattr(losses, "_softmax_cross_entropy", _reference_cross_entropy)
         m.setattr(optimizers, "_fusable_handles", lambda *args: None)
         m.setattr(kernel_settings, "KERNELS", "tf")
@@ -136,7 +137,7 @@ def test_fused_bfloat16_run_tracks_unoptimised_run(monkeypatch):
 
 
 def test_fused_kernels_are_the_default():
-    assert encoder.FUSED_BLOCK is True
+    assert transformer_layer.FUSED_BLOCK is True
     # Chosen on the kernel A/B of docs/benchmarks.md (issue 19: the op time outside the matmuls
     # roughly halves) and equal to float rounding (below).
     assert (kernel_settings.DEFAULT_KERNELS, kernel_settings.DEFAULT_DROPOUT_RNG) == ("xla", "hash")
@@ -174,8 +175,9 @@ def _padded_dropout_block():
     """A small block with both dropout rates on, an input with padding: (layer, x, mask, the
     layer's seed generator states to rewind to)."""
     keras.utils.set_random_seed(3)
-    layer = encoder.TransformerLayer(64, 4, dropout=0.1, attention_dropout=0.2,
-                                     activation=keras.activations.gelu, layer_norm_epsilon=1e-12)
+    layer = transformer_layer.TransformerLayer(64, 4, dropout=0.1, attention_dropout=0.2,
+                                               activation=keras.activations.gelu,
+                                               layer_norm_epsilon=1e-12)
     layer.build((None, None, 32))
     x = tf.random.stateless_normal([3, 9, 32], [1, 2])
     mask = tf.constant([[1] * 9, [1] * 5 + [0] * 4, [1] * 2 + [0] * 7])
@@ -197,7 +199,7 @@ def test_fused_block_matches_keras_hub_call_with_padding(training, monkeypatch):
     fast_y, fast_g = forward()
     for v, s in zip(layer.non_trainable_variables, state):
         v.assign(s)  # rewind the dropout seed generators: the same masks again
-    monkeypatch.setattr(encoder, "FUSED_BLOCK", False)
+    monkeypatch.setattr(transformer_layer, "FUSED_BLOCK", False)
     slow_y, slow_g = forward()
     np.testing.assert_allclose(fast_y, slow_y, rtol=1e-5, atol=1e-5)
     for a, b in zip(fast_g, slow_g):
@@ -210,8 +212,8 @@ def _half_precision_block(policy):
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(4)
-        layer = encoder.TransformerLayer(64, 4, activation=keras.activations.gelu,
-                                         layer_norm_epsilon=1e-12)
+        layer = transformer_layer.TransformerLayer(64, 4, activation=keras.activations.gelu,
+                                                   layer_norm_epsilon=1e-12)
         layer.build((None, None, 32))
         yield (layer, tf.random.stateless_normal([2, 7, 32], [5, 6]),
                tf.constant([[1] * 7, [1] * 3 + [0] * 4]))
@@ -225,7 +227,7 @@ def test_fused_block_half_precision_padding_is_finite_and_tracks_keras(policy, m
     # (0 * -inf would turn every kept score into NaN).
     with _half_precision_block(policy) as (layer, x, mask):
         fast = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
-        monkeypatch.setattr(encoder, "FUSED_BLOCK", False)
+        monkeypatch.setattr(transformer_layer, "FUSED_BLOCK", False)
         slow = tf.cast(layer(x, padding_mask=mask), tf.float32).numpy()
     assert np.all(np.isfinite(fast))
     np.testing.assert_allclose(fast, slow, atol=0.1)
@@ -286,8 +288,9 @@ def test_xla_block_matches_op_by_op_block_with_padding(rng, dense_grad):
 
 def test_hash_dropout_is_another_stream_of_the_same_block():
     keras.utils.set_random_seed(5)
-    layer = encoder.TransformerLayer(64, 4, dropout=0.1, activation=keras.activations.gelu,
-                                     layer_norm_epsilon=1e-12)
+    layer = transformer_layer.TransformerLayer(64, 4, dropout=0.1,
+                                               activation=keras.activations.gelu,
+                                               layer_norm_epsilon=1e-12)
     layer.build((None, None, 32))
     x = tf.random.stateless_normal([4, 16, 32], [1, 2])
     state = [v.numpy() for v in layer.non_trainable_variables]

@@ -8,7 +8,7 @@ never moves (also after a restart), a discriminator that does, and clear errors.
 import numpy as np
 import pytest
 
-from electra_tf.config import ConfigError
+from electra_tf.hparams import ConfigError
 from electra_tf.training import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 

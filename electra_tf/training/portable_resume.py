@@ -1,0 +1,79 @@
+"""Where a pretraining run on JAX or PyTorch starts (`portable_trainer`): the newest checkpoint
+every host sees, what a saved data position depends on, and this host's training reader.
+Free of TensorFlow."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Optional
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.data.record_reader import BatchReader
+from electra_tf.errors import TrainingError
+from electra_tf.training import hosts, portable_checkpoint
+
+
+def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
+                 run_hosts: hosts.Hosts = hosts.Hosts()) -> BatchReader:
+    """This host's training batches: input pipeline `index` of `count`, `global / count` rows
+    each (one host: the whole global batch), as the TensorFlow worker of that index reads."""
+    return BatchReader(config.pretrain_tfrecords,
+                       batch_size=config.train_batch_size // run_hosts.count,
+                       max_seq_length=config.max_seq_length, is_training=True, seed=seed,
+                       num_input_pipelines=run_hosts.count, input_pipeline_id=run_hosts.index,
+                       record_plan=plan)
+
+
+def same_checkpoint_everywhere(found: Optional[str], run_hosts: hosts.Hosts,
+                               model_dir: str) -> Optional[str]:
+    """`found` if every host found the same newest checkpoint (one directory they all
+    read), else a TrainingError on every host.
+
+    Args:
+        found: this host's newest good checkpoint in `model_dir` (None: none).
+        run_hosts: the run's hosts (one collective among them).
+        model_dir: str. The run directory, named in the error.
+
+    Raises:
+        TrainingError: the hosts see different checkpoints.
+    """
+    step = -1 if found is None else int(portable_checkpoint.NAME_PATTERN.match(
+        os.path.basename(found)).group(1))
+    steps = [int(s) for s in hosts.gather_ints(run_hosts, [step + 1])[:, 0] - 1]
+    if len(set(steps)) > 1:
+        seen = ", ".join(f"host {i}: {portable_checkpoint.file_name(s) if s >= 0 else 'none'}"
+                         for i, s in enumerate(steps))
+        raise TrainingError(
+            f"the hosts see different checkpoints in {model_dir} ({seen}): the "
+            "model dir must be one directory every host reads (a shared filesystem); host 0 "
+            "writes it")
+    return found
+
+
+def data_key(config: PretrainingConfig, plan: Optional[dict], run_hosts: hosts.Hosts) -> str:
+    """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`):
+    computed once per run (it stats every shard), saved with every checkpoint.
+
+    Args:
+        config: the run's config.
+        plan: the training split's record plan (`dataset_checks.record_plan`), or None.
+        run_hosts: the run's hosts (several: one reader per host).
+
+    Returns:
+        str. The sha256 hex digest of the shards, batch, seed, sequence length, backend, readers
+        and plan.
+    """
+    from electra_tf.data import integrity
+
+    files = [(os.path.basename(f), os.path.getsize(f))
+             for f in integrity.list_files(config.pretrain_tfrecords)] if config.do_train \
+        else []
+    key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
+           "max_seq_length": config.max_seq_length, "backend": config.backend}
+    if run_hosts.several:  # one reader per host (one host: the key of before)
+        key["input_pipelines"] = run_hosts.count
+    if plan is not None:
+        key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()

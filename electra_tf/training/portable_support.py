@@ -1,0 +1,59 @@
+"""What a pretraining run on JAX or PyTorch can do (`portable_trainer`): the strategies and
+precisions it runs, a one-line error for the rest before anything is written, and the devices it
+splits the global batch over. Free of TensorFlow."""
+
+from __future__ import annotations
+
+from typing import List
+
+import keras
+
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import TrainingError
+
+# What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
+STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
+              "torch": ("auto", "one_device")}
+PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
+
+
+def check_supported(config: PretrainingConfig) -> None:
+    """One-line errors for what this backend cannot do (before anything is written).
+
+    Raises:
+        TrainingError: naming the flag or hparam.
+    """
+    backend = config.backend
+    if backend not in STRATEGIES:
+        raise TrainingError(f"--backend {backend}: the portable trainer runs jax or torch")
+    active = keras.backend.backend()
+    if active != backend:
+        raise TrainingError(f"--backend {backend}, but Keras was imported with the {active} "
+                            f"backend: set KERAS_BACKEND={backend} before importing keras (the "
+                            "tools do)")
+    if config.strategy not in STRATEGIES[backend]:
+        raise TrainingError(
+            f"strategy={config.strategy!r} with --backend {backend}: not supported (use "
+            f"{' or '.join(STRATEGIES[backend])}; several machines: --backend jax or "
+            "tensorflow with multi_worker)" + ("; PyTorch trains on one device here"
+                                               if backend == "torch" else ""))
+    unsupported = {
+        "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
+        "two_stage_generator_dir": bool(config.two_stage_generator_dir),
+        "frozen_generator_dir": bool(config.frozen_generator_dir),
+        "jit_compile": config.jit_compile and backend == "torch",
+    }
+    for key, used in unsupported.items():
+        if used:
+            raise TrainingError(f"hparam {key} is supported with --backend tensorflow only "
+                                f"(this run has --backend {backend})")
+    if config.mixed_precision == "mixed_float16":
+        raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
+                            f"{backend} does not do: use auto, mixed_bfloat16 or float32")
+
+
+def local_devices() -> List[str]:
+    """The devices Keras' distribution API sees (JAX: every local device)."""
+    if keras.backend.backend() != "jax":
+        return []
+    return keras.distribution.list_devices()
