@@ -22,7 +22,7 @@ they are.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops

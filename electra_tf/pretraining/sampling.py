@@ -34,7 +34,7 @@ the two logs are most of what the fused loop costs.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 
 import keras
 from keras import ops

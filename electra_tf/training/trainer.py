@@ -33,7 +33,7 @@ import tensorflow as tf
 
 from electra_tf import precision
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import integrity, pipeline
+from electra_tf.data import integrity
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import (board, checkpoint_files, checkpointing, dataset_checks,
