@@ -72,6 +72,7 @@ def _partial_data(out):
     return False
 
 
+@pytest.mark.slow  # a kill and a rerun of the builder (~60 s)
 def test_sigkill_mid_build_then_rerun_never_mixes_shards(inputs):
     killed_out = str(inputs["root"] / "killed")
     proc = subprocess.Popen(_command(inputs, killed_out), env=fx.subprocess_env(),

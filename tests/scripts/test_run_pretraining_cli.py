@@ -230,6 +230,7 @@ def test_debug_mode_never_deletes_the_model_dir(capsys, data_dir):
 # ------------------------------------------------------------------------------------------------
 # SIGKILL mid-training, then restart
 # ------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # a kill and a restart: two training processes (~50-100 s)
 def test_sigkill_mid_training_then_restart_reaches_num_train_steps(data_dir):
     steps = 40
     hparams = fx.tiny_hparams(num_train_steps=steps, iterations_per_loop=1, save_checkpoints_steps=2,

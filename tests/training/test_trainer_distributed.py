@@ -54,6 +54,7 @@ def test_two_replicas_match_one_device_at_the_same_global_batch(data_dir, mirror
         assert mirrored_scalars[key] == pytest.approx(single_scalars[key], abs=1e-3), key
 
 
+@pytest.mark.slow  # two worker processes (MultiWorkerMirroredStrategy, ~45-75 s)
 def test_two_workers_finish_with_identical_weights(data_dir):
     hparams = fx.tiny_hparams(num_train_steps=STEPS, iterations_per_loop=2, save_checkpoints_steps=2,
                               strategy="multi_worker")
