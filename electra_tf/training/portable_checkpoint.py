@@ -16,7 +16,10 @@ which the next run removes. The variables' paths are stored and compared on rest
 another architecture is refused with a line naming the first differing variable (the paths are
 compared without what Keras numbers per process: the model's own name, `electra_pretrainer_1`,
 and its seed generators', `seed_generator_7`). The newest
-readable file wins; an unreadable one (cut short by a full disk) is skipped with a warning.
+intact file wins: every member is read back and its CRC-32 checked before a checkpoint is chosen
+(`checkpoint_problem`), so one cut short by a full disk, or with a member damaged by bit rot or a
+bad copy, is skipped with a warning naming it; a directory whose checkpoints are all damaged is
+an error (never a silent fresh start over them).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import logging
 import os
 import re
 import zipfile
-from typing import Dict, List, NamedTuple, Optional, Sequence
+import zlib
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import keras
 import numpy as np
@@ -90,6 +94,8 @@ def canonical_path(path: str, model_name: str) -> str:
 
 
 _NUMBERED_SEED = re.compile(r"seed_generator_\d+")
+# What reading a damaged archive raises (zip: a bad CRC or header; numpy: a bad array header).
+_READ_ERRORS = (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError, zlib.error)
 
 
 def _variable_arrays(variables: Sequence) -> List[np.ndarray]:
@@ -134,28 +140,96 @@ def read_meta(path: str) -> dict:
     Raises:
         TrainingError: the file is not a readable checkpoint of this format.
     """
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            meta = json.loads(str(archive["meta"]))
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as e:
-        raise TrainingError(f"checkpoint {shown_path(path)} is unreadable ({error_line(e)})") \
-            from None
-    if meta.get("format") != FORMAT:
-        raise TrainingError(f"checkpoint {shown_path(path)} is not an electra-tf portable "
-                            f"checkpoint (format {meta.get('format')!r})")
+    meta, problem = _meta_or_problem(path)
+    if problem is not None:
+        raise TrainingError(f"checkpoint {shown_path(path)} is {problem}")
     return meta
 
 
-def latest_good(directory: str) -> Optional[str]:
-    """The newest checkpoint of `directory` whose meta reads; unreadable newer ones are skipped
-    with a warning (their files are kept for inspection)."""
-    for path in checkpoints(directory):
-        try:
-            read_meta(path)
-            return path
-        except TrainingError as e:
-            logger.warning("%s; trying an older checkpoint", e)
+def _meta_or_problem(path: str) -> Tuple[Optional[dict], Optional[str]]:
+    """(the meta object, None), or (None, why it cannot be read: "unreadable (...)")."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            meta = json.loads(str(archive["meta"]))
+    except _READ_ERRORS as e:
+        return None, f"unreadable ({error_line(e)})"
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        return None, f"not an electra-tf portable checkpoint (format {found!r})"
+    return meta, None
+
+
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why the checkpoint at `path` cannot be read whole, or None if it can.
+
+    Reads every member back (zip checks each one's CRC-32) and checks that the members the
+    meta lists are all there, before any variable is assigned (costs one extra read of the
+    file).
+
+    Returns:
+        None, or "unreadable (<reason>)", "damaged (<reason>)", "incomplete (<reason>)".
+    """
+    meta, problem = _meta_or_problem(path)
+    if problem is not None:
+        return problem
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            damaged = archive.testzip()
+    except _READ_ERRORS as e:
+        return f"damaged ({error_line(e)})"
+    if damaged is not None:
+        return f"damaged (member {damaged} fails its CRC-32 check: bit rot or a bad copy)"
+    expected = [f"{prefix}/{i}.npy" for prefix in ("model", "optimizer")
+                for i in range(len(meta.get(f"{prefix}_paths") or ()))]
+    missing = [name for name in expected if name not in names]
+    if missing:
+        return f"incomplete (member {missing[0]} missing)"
     return None
+
+
+def latest_good(directory: str) -> Optional[str]:
+    """The newest checkpoint of `directory` that reads back whole (`checkpoint_problem`);
+    damaged newer ones are skipped with a warning (their files are kept for inspection).
+
+    Returns:
+        The path, or None if the directory holds no checkpoint.
+
+    Raises:
+        TrainingError: there are checkpoints but none is intact (never a fresh start over them).
+    """
+    bad = []
+    for path in checkpoints(directory):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            if bad:
+                logger.warning("using %s, the newest intact checkpoint", shown_path(path))
+            return path
+        logger.warning("checkpoint %s is %s; trying an older checkpoint", shown_path(path),
+                       problem)
+        bad.append(f"{os.path.basename(path)} {problem}")
+    if bad:
+        raise TrainingError(f"no intact checkpoint in {shown_path(directory)}: "
+                            f"{'; '.join(bad)}. Restore them from a backup, or use --overwrite "
+                            "to start afresh")
+    return None
+
+
+def check_named(path: str) -> None:
+    """A checkpoint asked for by name (`--checkpoint ckpt-N.npz`): no fallback, but a damaged
+    one is a one-line error naming the intact ones beside it.
+
+    Raises:
+        TrainingError: `path` is damaged.
+    """
+    problem = checkpoint_problem(path)
+    if problem is None:
+        return
+    beside = [os.path.basename(p) for p in checkpoints(os.path.dirname(path) or ".")
+              if os.path.basename(p) != os.path.basename(path) and checkpoint_problem(p) is None]
+    raise TrainingError(f"checkpoint {shown_path(path)} is {problem}; " + (
+        f"intact checkpoints beside it: {', '.join(beside)}" if beside
+        else "no intact checkpoint beside it"))
 
 
 def _assign(variables: Sequence, archive, prefix: str, saved: List[str], built: List[str],
@@ -185,6 +259,16 @@ def restore(path: str, model, optimizer) -> Saved:
     meta = read_meta(path)
     variables = model_variables(model)
     saved_name = meta.get("model_name", model.name)
+    try:
+        _restore_variables(path, meta, model, variables, saved_name, optimizer)
+    except _READ_ERRORS as e:  # damaged since `latest_good` read it whole
+        raise TrainingError(f"checkpoint {shown_path(path)} is damaged ({error_line(e)}); "
+                            "rerun to fall back to an older intact checkpoint") from None
+    return Saved(path, int(meta["step"]), meta.get("data_state"), meta.get("data_key"))
+
+
+def _restore_variables(path: str, meta: dict, model, variables: list, saved_name: str,
+                       optimizer) -> None:
     with np.load(path, allow_pickle=False) as archive:
         _assign(variables, archive, "model",
                 [canonical_path(p, saved_name) for p in meta["model_paths"]],
@@ -195,7 +279,6 @@ def restore(path: str, model, optimizer) -> Saved:
             count = len(meta["optimizer_paths"])
             _assign(optimizer.variables, archive, "optimizer", [str(i) for i in range(count)],
                     [str(i) for i in range(len(optimizer.variables))], path)
-    return Saved(path, int(meta["step"]), meta.get("data_state"), meta.get("data_key"))
 
 
 def enforce_retention(directory: str, keep: Optional[int]) -> List[str]:

@@ -377,6 +377,7 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
     if checkpoint and checkpoint.endswith(portable_checkpoint.SUFFIX):
         if not os.path.isfile(checkpoint):
             raise TrainingError(f"--checkpoint {checkpoint}: no such file")
+        portable_checkpoint.check_named(checkpoint)
         return checkpoint
     if config.backend == "tensorflow":
         return None
