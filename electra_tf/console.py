@@ -29,6 +29,7 @@ DATE_FORMAT = "%H:%M:%S"
 # Set by `setup` for the tool's child processes (the dataset builder's workers), which do not
 # parse flags: "0" quiet, "1" verbose.
 VERBOSE_ENV = "ELECTRA_TF_VERBOSE"
+KERAS_BACKEND_ENV = "KERAS_BACKEND"  # read by Keras once, at import
 
 _verbose = False
 
@@ -75,7 +76,10 @@ def verbose() -> bool:
 
 def import_tensorflow():
     """Imports TensorFlow, hiding the lines its C++ libraries write to stderr while loading
-    (unless `--verbose`); they are replayed if the import fails. Returns the module."""
+    (unless `--verbose`); they are replayed if the import fails. Returns the module.
+
+    Keras is set to its TensorFlow backend first (`use_tensorflow_keras`)."""
+    use_tensorflow_keras()
     if _verbose or "tensorflow" in sys.modules:
         import tensorflow as tf
         return tf
@@ -83,6 +87,25 @@ def import_tensorflow():
         import tensorflow as tf
     _quiet_tensorflow_loggers()
     return tf
+
+
+def use_tensorflow_keras() -> None:
+    """A tool that runs on TensorFlow sets `KERAS_BACKEND=tensorflow` before Keras is imported.
+
+    Keras reads its backend once, at import, from `KERAS_BACKEND` (else ~/.keras/keras.json): a
+    JAX user's shell exporting `KERAS_BACKEND=jax` would otherwise give the TensorFlow trainer,
+    fine-tuning and the converters JAX tensors, failing deep inside them. The tools pick their
+    backend with `--backend` (pretraining) instead; the variable set to another backend is noted
+    in one line. Nothing is changed once Keras is imported (the trainers check the backend).
+    """
+    if "keras" in sys.modules:
+        return
+    found = os.environ.get(KERAS_BACKEND_ENV)
+    if found and found != "tensorflow":
+        logging.getLogger("electra_tf").info(
+            "%s=%s in the environment is ignored: this tool runs Keras on TensorFlow "
+            "(pretraining on JAX or PyTorch: --backend jax or torch)", KERAS_BACKEND_ENV, found)
+    os.environ[KERAS_BACKEND_ENV] = "tensorflow"
 
 
 def import_tensorflow_in_child() -> None:

@@ -14,6 +14,31 @@ from electra_tf.vocab import Vocab, load_vocab
 logger = logging.getLogger("electra_tf")
 
 
+def check_keras_backend(backend: str, what: str) -> None:
+    """One line, before anything is written, when Keras was imported with another backend than
+    `backend` (Keras reads `KERAS_BACKEND`, else ~/.keras/keras.json, once, at import).
+
+    Args:
+        backend: str. The backend `what` needs ("tensorflow").
+        what: str. What needs it, for the message ("the TensorFlow trainer").
+
+    Raises:
+        TrainingError: naming the variable and the fix.
+    """
+    import os
+
+    import keras
+
+    active = keras.backend.backend()
+    if active == backend:
+        return
+    source = (f"KERAS_BACKEND={os.environ['KERAS_BACKEND']} in the environment"
+              if os.environ.get("KERAS_BACKEND") else "~/.keras/keras.json")
+    raise TrainingError(f"{what} needs Keras' {backend} backend, but Keras was imported with "
+                        f"the {active} backend ({source}): set KERAS_BACKEND={backend} before "
+                        "importing keras (the electra-tf tools do)")
+
+
 def check_vocab_and_batches(config: PretrainingConfig, replicas: int, unit: str) -> Vocab:
     """Loads the vocab and checks it and the batch sizes against the run's devices.
 

@@ -422,6 +422,9 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
     """
     import tensorflow as tf
 
+    from electra_tf.training import run_base
+
+    run_base.check_keras_backend("tensorflow", "reading a run (conversion, fine-tuning)")
     from electra_tf.training.pretrainer import ElectraPretrainer
 
     config_path = os.path.join(model_dir, CONFIG_NAME)

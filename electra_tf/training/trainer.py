@@ -67,6 +67,7 @@ class Trainer(run_base.LockedRun):
 
     def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
                  overwrite: bool = False, profile_steps: int = 0):
+        run_base.check_keras_backend("tensorflow", "the TensorFlow trainer (--backend tensorflow)")
         self.config = config
         self.profile_steps = profile_steps
         self.strategy = strategy or get_strategy(config.strategy, config.tpu_name, config.tpu_zone,

@@ -1,14 +1,18 @@
 """Failures of the environment, each one line on stderr with exit status 2 (never a traceback):
 a full disk during export, a read-only model directory (the eval metrics are still reported), a
 batch too large for TensorFlow's int32 shapes, a TF_CONFIG task outside its cluster, a TPU
-address nothing answers on.
+address nothing answers on; KERAS_BACKEND naming another backend (set back to tensorflow by the
+tools, one line from a library caller).
 
 Real faults: a tmpfs filled up or remounted read-only, a real TF_CONFIG / TPU_NAME in the
 environment, a closed port on 127.0.0.1.
 """
 
 import json
+import logging
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -116,3 +120,63 @@ def test_tpu_address_nothing_answers_on_is_one_line(data_dir, capsys, monkeypatc
     assert f"TPU 'grpc://127.0.0.1:{port}' is not reachable" in line, line
     assert "Connection refused" in line, line
 
+
+
+# --- KERAS_BACKEND set to another backend (issue 47) ---------------------------------------------
+def test_keras_backend_in_the_environment_is_set_to_tensorflow_by_the_tools(monkeypatch, caplog):
+    """A JAX user's shell exports KERAS_BACKEND=jax: the TensorFlow tools set it back before
+    Keras is imported (it reads it once, at import) and say so in one line."""
+    from electra_tf import console
+
+    monkeypatch.delitem(sys.modules, "keras")  # as in a tool before its first import of keras
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    with caplog.at_level(logging.INFO, logger="electra_tf"):
+        console.use_tensorflow_keras()
+    assert os.environ["KERAS_BACKEND"] == "tensorflow"
+    assert "KERAS_BACKEND=jax in the environment is ignored" in caplog.text
+
+
+def test_tensorflow_trainer_under_another_keras_backend_is_one_line_before_writing(
+        data_dir, capsys, monkeypatch):
+    """Keras imported with the JAX backend before the tool ran (a library caller): one line
+    naming the variable, nothing written (was a 41-line traceback after config.json, vocab.txt
+    and the manifest were written)."""
+    import keras
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    line = faults.one_error_line(*_main(
+        capsys, "--data-dir", data_dir, "--model-name", "keras_jax", "--hparams",
+        json.dumps(fx.tiny_hparams(**RUN))))
+    assert ("the TensorFlow trainer (--backend tensorflow) needs Keras' tensorflow backend, but "
+            "Keras was imported with the jax backend (KERAS_BACKEND=jax in the environment): "
+            "set KERAS_BACKEND=tensorflow") in line, line
+    assert not os.path.exists(os.path.join(data_dir, "models", "keras_jax"))
+
+
+def test_reading_a_run_under_another_keras_backend_is_one_line(tmp_path, monkeypatch):
+    """Conversion and fine-tuning read a run with TensorFlow's Keras: not "the checkpoint does
+    not match config.json"."""
+    import keras
+
+    from electra_tf.errors import TrainingError
+    from electra_tf.training import run_dir
+
+    monkeypatch.setenv("KERAS_BACKEND", "jax")
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    with pytest.raises(TrainingError, match=r"reading a run \(conversion, fine-tuning\) needs "
+                                            r"Keras' tensorflow backend.*KERAS_BACKEND=jax"):
+        run_dir.load_run(str(tmp_path))
+
+
+@pytest.mark.slow  # a subprocess that trains: ~30 s
+def test_run_pretraining_with_keras_backend_jax_trains_with_tensorflow(data_dir):
+    proc = subprocess.run(fx.run_pretraining_command(data_dir, "env_jax", fx.tiny_hparams(**RUN)),
+                          env=fx.subprocess_env(KERAS_BACKEND="jax"), capture_output=True,
+                          text=True, timeout=faults.RUN_TIMEOUT, cwd=fx.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "KERAS_BACKEND=jax in the environment is ignored" in proc.stderr
+    model_dir = os.path.join(data_dir, "models", "env_jax")
+    assert os.path.exists(os.path.join(model_dir, "ckpt-2.index")), os.listdir(model_dir)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        assert json.load(f)["backend"] == "tensorflow"
