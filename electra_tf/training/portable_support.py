@@ -37,6 +37,8 @@ def check_supported(config: PretrainingConfig) -> None:
             f"{' or '.join(STRATEGIES[backend])}; several machines: --backend jax or "
             "tensorflow with multi_worker)" + ("; PyTorch trains on one device here"
                                                if backend == "torch" else ""))
+    if backend == "jax" and config.strategy == "tpu":
+        _check_tpu()
     unsupported = {
         "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
         "two_stage_generator_dir": bool(config.two_stage_generator_dir),
@@ -50,6 +52,18 @@ def check_supported(config: PretrainingConfig) -> None:
     if config.mixed_precision == "mixed_float16":
         raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
                             f"{backend} does not do: use auto, mixed_bfloat16 or float32")
+
+
+def _check_tpu() -> None:
+    """strategy "tpu" on JAX: JAX must see a TPU (else it would train on its CPU, as told by
+    nobody). Safe before `hosts.join`: a strategy other than multi_worker joins no cluster."""
+    import jax
+
+    platforms = sorted({device.platform for device in jax.devices()})
+    if "tpu" not in platforms:
+        raise TrainingError(f"strategy='tpu' with --backend jax, but JAX sees no TPU here (its "
+                            f"devices: {', '.join(platforms)}): run on a TPU VM with "
+                            "jax[tpu] installed, or use strategy auto to train on these devices")
 
 
 def local_devices() -> List[str]:

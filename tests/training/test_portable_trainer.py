@@ -174,6 +174,7 @@ def test_sigterm_then_sigkill_then_rerun_ends_on_the_uninterrupted_weights(data_
     ("torch", {"strategy": "multi_worker"}, "strategy='multi_worker' with --backend torch"),
     ("jax", {"strategy": "multi_worker"}, "strategy multi_worker with --backend jax: cannot "
                                           "join the other hosts (coordinator_address"),
+    ("jax", {"strategy": "tpu"}, "strategy='tpu' with --backend jax, but JAX sees no TPU"),
     ("jax", {"mixed_precision": "mixed_float16"}, "mixed_precision mixed_float16"),
     ("jax", {"max_skipped_nonfinite_steps": 2}, "hparam max_skipped_nonfinite_steps"),
 ])
