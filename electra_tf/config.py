@@ -130,6 +130,11 @@ class PretrainingConfig:
     # Steps with a non-finite loss or gradient norm to skip (no update applied, counted in the
     # `skipped_steps` scalar) before stopping; 0 stops at the first (one device only).
     max_skipped_nonfinite_steps: int = 0
+    # The collapse guard (training.collapse): this many training loops in a row after step
+    # max(num_warmup_steps, collapse_grace_steps) with the discriminator at the base rate
+    # ("original" everywhere) print one warning and set the disc_collapsed scalar; 0 = off.
+    collapse_patience: int = 3
+    collapse_grace_steps: int = 1000  # the early phase, where the base rate is expected
     # Read every TFRecord once at start (CRC, feature names/lengths, counts vs the manifest).
     verify_tfrecords: bool = False
     # Read every TFRecord once at start and train on the good records only: corrupted, truncated

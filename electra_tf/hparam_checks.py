@@ -128,6 +128,11 @@ def _validate_ranges(config, need) -> None:
     need(config.keep_checkpoint_max >= 0, "keep_checkpoint_max must be >= 0 (0 keeps all)")
     need(config.max_skipped_nonfinite_steps >= 0,
          f"max_skipped_nonfinite_steps must be >= 0, got {config.max_skipped_nonfinite_steps}")
+    need(config.collapse_patience >= 0,
+         f"collapse_patience must be >= 0 (0 turns the collapse guard off), got "
+         f"{config.collapse_patience}")
+    need(config.collapse_grace_steps >= 0,
+         f"collapse_grace_steps must be >= 0, got {config.collapse_grace_steps}")
     need(config.learning_rate >= 0.0, f"learning_rate must be >= 0, got {config.learning_rate}")
     need(config.generator_learning_rate is None or config.generator_learning_rate >= 0.0,
          f"generator_learning_rate must be >= 0, got {config.generator_learning_rate}")
@@ -142,6 +147,7 @@ def _validate_ranges(config, need) -> None:
              f"{elements} tokens overflows TensorFlow's int32 shapes (at most {MAX_INT32})")
     for key in ("iterations_per_loop", "save_checkpoints_steps", "num_train_steps",
                 "num_eval_steps", "num_warmup_steps", "keep_checkpoint_max",
-                "max_skipped_nonfinite_steps", "max_predictions_per_seq"):
+                "max_skipped_nonfinite_steps", "max_predictions_per_seq", "collapse_patience",
+                "collapse_grace_steps"):
         need(getattr(config, key) <= MAX_INT32,
              f"{key} must be at most {MAX_INT32}, got {getattr(config, key)}")

@@ -13,9 +13,12 @@ official keys (`METRIC_INPUT_KEYS`); `metric_inputs` builds it from this package
 | disc_accuracy | preds == labels | input_mask |
 | disc_precision | preds == labels | preds * input_mask |
 | disc_recall | preds == labels | labels * input_mask |
+| disc_replaced_share | labels (not official) | input_mask |
 
 The sampled and discriminator metrics exist only for the ELECTRA objective, the discriminator ones
-only when disc_weight > 0 (as official). Deliberate difference: the official `disc_auc` passes
+only when disc_weight > 0 (as official). `disc_replaced_share`, the fraction of real tokens the
+generator replaced, is not official: it is the base rate a collapsed discriminator predicts, whose
+binary entropy its loss then equals (`training.collapse`). Deliberate difference: the official `disc_auc` passes
 labels * input_mask and probs * input_mask over ALL positions, so every padding position counts as a
 negative with probability 0, which inflates the AUC. By default `disc_auc` here counts real tokens
 only; `disc_auc_include_padding=True` restores the official behaviour.
@@ -59,6 +62,7 @@ METRIC_NAMES = (
     "disc_accuracy",
     "disc_precision",
     "disc_recall",
+    "disc_replaced_share",
 )
 
 
@@ -141,8 +145,9 @@ class PretrainingMetrics:
             self.disc_accuracy = keras.metrics.Accuracy(name="disc_accuracy")
             self.disc_precision = keras.metrics.Accuracy(name="disc_precision")
             self.disc_recall = keras.metrics.Accuracy(name="disc_recall")
+            self.disc_replaced_share = keras.metrics.Mean(name="disc_replaced_share")
             self.metrics += [self.disc_loss, self.disc_auc, self.disc_accuracy,
-                             self.disc_precision, self.disc_recall]
+                             self.disc_precision, self.disc_recall, self.disc_replaced_share]
 
     def update_state(self, outputs: Mapping[str, object]) -> None:
         """Accumulates one batch.
@@ -172,6 +177,7 @@ class PretrainingMetrics:
             self.disc_accuracy.update_state(labels, preds, sample_weight=mask)
             self.disc_precision.update_state(labels, preds, sample_weight=preds * mask)
             self.disc_recall.update_state(labels, preds, sample_weight=labels * mask)
+            self.disc_replaced_share.update_state(labels, sample_weight=mask)
 
     def result(self) -> Dict[str, object]:
         """Returns {official name: float32 scalar tensor} for the metrics that exist."""

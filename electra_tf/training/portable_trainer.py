@@ -47,10 +47,10 @@ from electra_tf import atomic, precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
-from electra_tf.training import (checkpoint_files, dataset_checks, hosts, optimization,
-                                 portable_board, portable_checkpoint, portable_resume,
-                                 portable_support, preemption, probe, run_base, run_dir,
-                                 summaries)
+from electra_tf.training import (checkpoint_files, collapse, dataset_checks, hosts,
+                                 optimization, portable_board, portable_checkpoint,
+                                 portable_resume, portable_support, preemption, probe, run_base,
+                                 run_dir, summaries)
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import Vocab
 
@@ -133,6 +133,9 @@ class PortableTrainer(run_base.LockedRun):
             self.config, dataset_checks.record_plan(self.dataset_summaries, "train"), self.hosts)
         self.latest: Optional[str] = None
         self.restored_from: Optional[str] = None
+        # A discriminator stuck at the base rate: warned once (host 0), `disc_collapsed` per loop.
+        self.collapse_guard = collapse.CollapseGuard.for_config(self.config,
+                                                                log=self.hosts.writer)
         self._start()
 
     def _build(self) -> None:
@@ -314,6 +317,7 @@ class PortableTrainer(run_base.LockedRun):
         # Every host's tokens (one collective; several hosts train every chunk whole).
         all_tokens = hosts.gather_ints(self.hosts, [sum(tokens[:done])]).sum()
         scalars["tokens_per_second"] = float(all_tokens) / elapsed
+        self.collapse_guard.observe(self.step, scalars)
         return scalars
 
     def _stop_callbacks(self) -> list:
@@ -351,7 +355,7 @@ class PortableTrainer(run_base.LockedRun):
     # --- Evaluation --------------------------------------------------------------------------------
     def evaluate(self) -> Dict[str, float]:
         """`num_eval_steps` held-out batches in eval mode; writes `eval_results.txt` and the
-        `eval/` scalars (as the TensorFlow trainer)."""
+        `eval/` scalars, with the collapse guard's verdict (as the TensorFlow trainer)."""
         config = self.config
         if self.stop.agree():
             raise self.preempted("before the evaluation", "evaluate")
@@ -371,10 +375,11 @@ class PortableTrainer(run_base.LockedRun):
                                                           "written)")
         results = {k: float(v) for k, v in logs.items()}
         results["global_step"] = self.step
+        note = self.collapse_guard.judge_eval(self.step, results)  # adds disc_collapsed
         with hosts.all_or_none(self.hosts, "writing the eval results"):
             if self.hosts.writer:
                 summaries.write_eval_results(config.model_dir, self.step, results,
-                                             event_writer=portable_board.write_scalars)
+                                             event_writer=portable_board.write_scalars, note=note)
         return results
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from electra_tf import atomic
 from electra_tf.errors import TrainingError, error_line, shown_path
 from electra_tf.progress import format_duration
-from electra_tf.training import run_dir
+from electra_tf.training import collapse, run_dir
 
 logger = logging.getLogger("electra_tf")
 
@@ -85,9 +85,9 @@ def log_progress(step: int, num_train_steps: int, scalars: Dict[str, float],
 
 
 def write_eval_results(model_dir: str, step: int, results: Dict[str, float],
-                       event_writer=None) -> None:
-    """A log line, then `eval_results.txt` (sorted `name = value` lines, the official printout)
-    and TensorBoard scalars under `eval/`.
+                       event_writer=None, note: Optional[collapse.EvalNote] = None) -> None:
+    """A log line (and `note`'s below it), then `eval_results.txt` (sorted `name = value` lines,
+    the official printout) and TensorBoard scalars under `eval/`.
 
     Args:
         model_dir: str. The run directory.
@@ -96,6 +96,8 @@ def write_eval_results(model_dir: str, step: int, results: Dict[str, float],
         event_writer: optional callable (directory, step, {name: value}) writing the scalars
             (`portable_board.write_scalars` on backends without TensorFlow); by default
             TensorFlow's summary writer.
+        note: optional `collapse.EvalNote`, what the collapse guard says of these results
+            (`CollapseGuard.judge_eval`), logged at its level.
 
     Raises:
         TrainingError: the files cannot be written (a read-only model dir, a full disk); the
@@ -103,6 +105,8 @@ def write_eval_results(model_dir: str, step: int, results: Dict[str, float],
     """
     shown = ", ".join(f"{k} {results[k]:.4f}" for k in sorted(results) if k != "global_step")
     logger.info("eval at step %d: %s", step, shown)
+    if note is not None:
+        logger.log(note.level, "%s", note.text)
     path = os.path.join(model_dir, run_dir.EVAL_RESULTS_NAME)
     scalars = {k: v for k, v in results.items() if k != "global_step"}
     errors = (OSError,) + _tf_errors()

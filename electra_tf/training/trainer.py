@@ -36,9 +36,10 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.data import integrity
 from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
-from electra_tf.training import (board, checkpoint_files, checkpointing, dataset_checks,
-                                 frozen_generator, graph_leaks, inputs, optimization, preemption,
-                                 probe, run_base, run_dir, summaries, train_step)
+from electra_tf.training import (board, checkpoint_files, checkpointing, collapse,
+                                 dataset_checks, frozen_generator, graph_leaks, inputs,
+                                 optimization, preemption, probe, run_base, run_dir, summaries,
+                                 train_step)
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
@@ -111,6 +112,8 @@ class Trainer(run_base.LockedRun):
         self._train_loop = self._eval_loop = None  # tf.functions, traced on first use
         self.stop = preemption.StopRequest(self.strategy)  # SIGTERM, read before every step
         self.skipped_steps = 0  # non-finite steps skipped in this process
+        # A discriminator stuck at the base rate: warned once, `disc_collapsed` per loop.
+        self.collapse_guard = collapse.CollapseGuard.for_config(config, log=self.chief)
         self.restored_from = None
         self._start()
         if config.do_train and self._lock is not None:
@@ -330,6 +333,7 @@ class Trainer(run_base.LockedRun):
             scalars["skipped_steps"] = float(self.skipped_steps)
         if config.skip_bad_records:
             scalars["skipped_records"] = float(self.dataset_summaries["train"]["skipped_records"])
+        self.collapse_guard.observe(self.step, scalars)
         return scalars
 
     def preempted(self, during: str, rerun: str) -> Preempted:
@@ -356,7 +360,8 @@ class Trainer(run_base.LockedRun):
         """Runs `num_eval_steps` batches of the held-out split in eval mode (no dropout).
 
         Writes `eval_results.txt` (sorted `name = value` lines, the official printout) and
-        TensorBoard scalars under `model_dir/eval`.
+        TensorBoard scalars under `model_dir/eval`, with the collapse guard's `disc_collapsed`
+        (`collapse.CollapseGuard.judge_eval`) and its line on a base-rate discriminator.
         """
         config = self.config
         dataset = inputs.distributed_dataset(self.strategy, config, config.eval_tfrecords,
@@ -374,8 +379,9 @@ class Trainer(run_base.LockedRun):
         results = {k: float(v) for k, v in self.metrics.result().items()}
         results["loss"] = loss
         results["global_step"] = self.step
+        note = self.collapse_guard.judge_eval(self.step, results)  # adds disc_collapsed
         if self.chief:
-            summaries.write_eval_results(config.model_dir, self.step, results)
+            summaries.write_eval_results(config.model_dir, self.step, results, note=note)
         return results
 
 

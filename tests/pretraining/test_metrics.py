@@ -36,6 +36,7 @@ EXPECTED = {
     "disc_accuracy": 4 / 7,
     "disc_precision": 2 / 3,  # predicted positives (0,1) (0,3) (1,2): 2 right
     "disc_recall": 2 / 4,  # true positives (0,1) (0,2) (1,1) (1,2): 2 found
+    "disc_replaced_share": 4 / 7,  # real tokens labelled replaced (not an official metric)
 }
 # Official AUC: 5 padding positions join the negatives with probability 0; every positive beats
 # them, so (10 + 4 * 5) / (4 * 8).

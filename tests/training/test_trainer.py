@@ -295,7 +295,9 @@ def _read_eval_results(model_dir):
 
 def test_eval_results_file_has_official_metric_names(run_a):
     written = _read_eval_results(run_a["config"].model_dir)
-    assert set(written) == set(METRIC_NAMES) | {"loss", "global_step"}
+    # disc_collapsed: the collapse guard's verdict (0 here: step 8 is early), not official
+    assert set(written) == set(METRIC_NAMES) | {"loss", "global_step", "disc_collapsed"}
+    assert written["disc_collapsed"] == 0.0
     assert written["global_step"] == 8
     for key, value in run_a["eval"].items():
         assert written[key] == pytest.approx(value, rel=1e-7)
