@@ -120,7 +120,8 @@ def _model_dir_and_checkpoint(path: str):
 def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
     model_dir, checkpoint = _model_dir_and_checkpoint(path)
     try:
-        loaded = run_dir.load_run(model_dir, checkpoint)
+        loaded = run_dir.load_run(model_dir, checkpoint,
+                                  another="set init_checkpoint to a checkpoint prefix")
     except TrainingError as e:
         raise PretrainedError(f"init_checkpoint {path}: {e}") from None
     encoder = loaded.model.exported_discriminator()  # GDES: its merged embeddings

@@ -46,7 +46,7 @@ def start(model, config, vocab_tokens, fresh: bool) -> None:
     if not fresh:
         return
     try:
-        loaded = run_dir.load_run(source)
+        loaded = run_dir.load_run(source, another=f"point {key} at a run that has one")
     except TrainingError as e:
         raise TrainingError(f"{key}: {e}") from None
     two_stage = key == "two_stage_generator_dir"

@@ -368,8 +368,13 @@ def tokenization_settings(config: PretrainingConfig,
     return TokenizationSettings(config.do_lower_case, DEFAULT_STRIP_ACCENTS, "config")
 
 
+# How a converter's user names another checkpoint than a run's newest (`load_run`'s messages).
+PASS_CHECKPOINT = "pass --checkpoint"
+
+
 def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
-                                 config: PretrainingConfig) -> Optional[str]:
+                                 config: PretrainingConfig,
+                                 another: str = PASS_CHECKPOINT) -> Optional[str]:
     """The `ckpt-N.npz` to read: `checkpoint` if it is one (or a directory of them, for a run
     of another backend), else the newest of a JAX / PyTorch run; None for TensorFlow checkpoints."""
     from electra_tf.training import portable_checkpoint
@@ -385,7 +390,7 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
     if found is None:
         name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{portable_checkpoint.SUFFIX}"
         raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "
-                            "or pass --checkpoint")
+                            f"or {another}")
     return found
 
 
@@ -407,7 +412,8 @@ class LoadedRun(NamedTuple):
     step: int
 
 
-def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
+def load_run(model_dir: str, checkpoint: Optional[str] = None,
+             another: str = PASS_CHECKPOINT) -> LoadedRun:
     """Builds the model described by `model_dir/config.json` and restores its weights.
 
     Only the `model` part of the checkpoint is read (no optimizer slots, data position or RNG
@@ -416,6 +422,8 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
     Args:
         model_dir: a run directory.
         checkpoint: optional checkpoint prefix (or directory) instead of `checkpoint_to_read`'s.
+        another: str. How the caller's user names another checkpoint, for the message when the
+            run has none ("pass --checkpoint": the converters' flag).
 
     Raises:
         TrainingError: files missing, or the checkpoint does not match the config.
@@ -438,7 +446,7 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
     model = ElectraPretrainer.from_pretraining_config(config, vocab.special, vocab.tokens,
                                                       vocab.kind)
     model.build_from_sequence_length()
-    portable = _portable_checkpoint_to_read(model_dir, checkpoint, config)
+    portable = _portable_checkpoint_to_read(model_dir, checkpoint, config, another)
     if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)
         from electra_tf.training import portable_checkpoint
 
@@ -448,7 +456,7 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None) -> LoadedRun:
     found = checkpoint_files.checkpoint_to_read(model_dir, checkpoint)
     if found is None:
         raise TrainingError(f"no checkpoint in {model_dir} (nor in {checkpoint_files.INIT_CHECKPOINT_DIR}/): train "
-                            "first, import one with from-google, or pass --checkpoint")
+                            f"first, import one with from-google, or {another}")
     try:
         checkpoint_files.run_checkpoint(model).restore(
             found.path).expect_partial().assert_existing_objects_matched()

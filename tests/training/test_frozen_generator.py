@@ -152,3 +152,35 @@ def test_combinations_that_make_no_sense_are_one_line_errors(hparams, message):
 def test_the_curriculum_is_allowed_with_a_jointly_trained_generator():
     config = fx.tiny_config("/nonexistent", temperature_start=2.0, num_train_steps=50)
     assert config.temperature_start == 2.0 and config.temperature_decay_steps is None
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_a_source_without_a_checkpoint_names_the_hparam_not_a_flag(data_dir, backend):
+    """The source run has config.json but no checkpoint: the advice is the hparam to change, not
+    the converters' --checkpoint, which run_pretraining.py and fine-tuning do not have (issue
+    47)."""
+    import os
+
+    from electra_tf.errors import TrainingError
+    from electra_tf.finetuning import pretrained
+    from electra_tf.finetuning.config import FinetuningConfig
+    from electra_tf.training import frozen_generator
+
+    source = fx.tiny_config(data_dir, f"no_checkpoint_{backend}", electra_objective=False,
+                            backend=backend, **GENERATOR_SIZES)
+    os.makedirs(source.model_dir)
+    source.save(os.path.join(source.model_dir, "config.json"))
+    config = fx.tiny_config(data_dir, "fast", frozen_generator_dir=source.model_dir)
+    with pytest.raises(TrainingError) as error:
+        frozen_generator.start(None, config, None, fresh=True)
+    message = str(error.value)
+    assert message.startswith("frozen_generator_dir: no checkpoint ") and "train first" in message
+    assert message.endswith("point frozen_generator_dir at a run that has one"), message
+    assert "--checkpoint" not in message
+    finetuning = FinetuningConfig.create("ft", data_dir, {"task_names": ["sts"],
+                                                          "init_checkpoint": source.model_dir})
+    with pytest.raises(pretrained.PretrainedError) as error:
+        pretrained.load_pretrained(finetuning)
+    message = str(error.value)
+    assert message.endswith("set init_checkpoint to a checkpoint prefix"), message
+    assert "--checkpoint" not in message
