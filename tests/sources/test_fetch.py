@@ -621,3 +621,36 @@ def test_cli_corpus_flag_and_its_default_data_dir():
     assert "--corpus {default,debian-docs}" in help_text
     with pytest.raises(SystemExit):
         fetch_command.build_parser().parse_args(["--corpus", "nope"])
+
+
+def test_offline_fetch_with_a_damaged_cached_file_says_so_and_downloads_nothing(world):
+    """Issue 47: the file is in the cache but its sha256 is wrong; offline, the message says
+    that (not "not in the download cache"), no line announces a download from a registry, and
+    the file is kept."""
+    world.fetch(FakeDownloader(world))
+    cached = os.path.join(world.cache_dir, "downloads", "gensim-4.4.0-x.whl")
+    with open(cached, "r+b") as f:
+        f.seek(50)
+        f.write(b"\xff\xff")
+    lines = []
+    with pytest.raises(FetchError) as info:
+        fetch.fetch_default_data(str(world.tmp_path / "offline"), cache_dir=world.cache_dir,
+                                 downloader=downloads.OfflineDownloader(),
+                                 sources_file=world.sources_file, log=lines.append)
+    message = str(info.value)
+    assert (f"gensim-4.4.0-x.whl is in the download cache ({cached}) but its sha256 is "
+            f"{sha256(open(cached, 'rb').read())}, not the pinned "
+            f"{world.spec['artifacts']['gensim_wheel']['sha256']}") in message, message
+    assert "not in the download cache" not in message and "fetch online once" in message
+    assert not [line for line in lines if "downloading" in line], lines
+    assert os.path.isfile(cached)
+
+
+def test_offline_cache_miss_announces_no_download(world):
+    lines = []
+    with pytest.raises(FetchError, match="vocab-0.1-py3-none-any.whl is not in the download "
+                                         "cache and the fetch is offline"):
+        fetch.fetch_default_data(world.data_dir, cache_dir=world.cache_dir,
+                                 downloader=downloads.OfflineDownloader(),
+                                 sources_file=world.sources_file, log=lines.append)
+    assert not [line for line in lines if "downloading" in line], lines
