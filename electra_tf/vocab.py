@@ -87,12 +87,35 @@ def _read_bytes(path: str) -> bytes:
         VocabError: the file is missing or unreadable.
     """
     if not os.path.isfile(path):
-        raise VocabError(f"vocab file not found: {path}")
+        raise VocabError(f"vocab file not found: {path}{_accepted_names(path)}")
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
         raise VocabError(f"cannot read vocab file {path}: {e.strerror}") from e
+
+
+# What a data directory's vocabulary is looked up as when no vocab_file is given (config.py).
+DEFAULT_NAMES = ("vocab.txt", "spm.model")
+
+
+def _accepted_names(path: str) -> str:
+    """For a missing default `DATA_DIR/vocab.txt`: the names a data directory's vocabulary may
+    have, and the files of the directory that look like one under another name ("" else)."""
+    if os.path.basename(path) != DEFAULT_NAMES[0]:
+        return ""
+    directory = os.path.dirname(path) or "."
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        names = []
+    lookalikes = [n for n in names if n not in DEFAULT_NAMES
+                  and (n.endswith((".model", ".vocab")) or "vocab" in n.lower())
+                  and os.path.isfile(os.path.join(directory, n))]
+    advice = (f"; {directory} holds {', '.join(lookalikes[:3])}: rename it to one of those, "
+              "or name it with the vocab_file hparam" if lookalikes else "")
+    return (" (a data directory's vocabulary is vocab.txt, a WordPiece vocab, or spm.model, a "
+            f"SentencePiece model{advice})")
 
 
 def _decode(path: str, raw: bytes) -> str:

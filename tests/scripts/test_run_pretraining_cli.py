@@ -104,6 +104,19 @@ def test_missing_vocab(capsys, tmp_path):
     assert not os.path.exists(os.path.join(data, "models"))
 
 
+def test_a_vocab_under_another_name_is_named_with_the_accepted_names(capsys, tmp_path):
+    """Issue 47: `sp.model` where `spm.model` is looked for: the line names the accepted names
+    and the file found."""
+    data = str(tmp_path / "data")
+    fx.write_dataset(data, examples_per_shard=4)
+    os.rename(os.path.join(data, "vocab.txt"), os.path.join(data, "sp.model"))
+    code, err = _main(capsys, "--data-dir", data, "--hparams", json.dumps(fx.tiny_hparams()))
+    _assert_one_line_error(code, err, os.path.join(data, "vocab.txt"),
+                           "vocab.txt, a WordPiece vocab, or spm.model, a SentencePiece model",
+                           f"{data} holds sp.model: rename it")
+    assert not os.path.exists(os.path.join(data, "models"))
+
+
 def test_missing_tfrecords(capsys, tmp_path):
     data = str(tmp_path / "data")
     fx.write_vocab(os.path.join(data, "vocab.txt"))
