@@ -10,6 +10,10 @@ is kept, and `parse_error` is the DataError text naming it); a key given twice u
 value (as TensorFlow's example parser).
 
 Speed (one core of an AMD EPYC, ELECTRA records of 128 tokens, ~550 bytes): ~17 us per record.
+Protobuf's own parser (upb, on `Example` classes made from the descriptor) was measured 2-5x
+slower per record, the whole reader 0.4-0.6x as fast: copying 384 int64s per record out of its
+repeated fields costs more than this window-at-once decoding (docs/benchmarks.md, "The
+TensorFlow-free reader's parts"; `benchmarks/reader_parts.py` keeps that candidate).
 
 Nothing here imports TensorFlow.
 """

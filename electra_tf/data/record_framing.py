@@ -5,7 +5,7 @@ CRC32C of the length, the data, the masked CRC32C of the data. `FileReader` read
 one file in order from any byte offset (a restored reader seeks there) and checks each length's
 CRC when the record is read (a bad length must not be trusted); the data CRCs are checked by the
 caller in bulk, over all records read for a window (or batch), before any of it is used
-(`first_bad_crc`, vectorised by `record_crc.crc32c_batch`). Damage is treated as TensorFlow's
+(`first_bad_crc`, with `record_crc.crc32c_batch`: google-crc32c). Damage is treated as TensorFlow's
 reader treats it: a bad CRC, or a file that ends inside a record's length+data, is a `DataError`
 naming the file, the record index and its byte offset (`damage_message`); a file that ends inside
 the 12-byte header of a record ends cleanly there.

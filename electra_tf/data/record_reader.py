@@ -13,8 +13,8 @@ Nothing here imports TensorFlow (the module works with `sys.modules["tensorflow"
 
 **Reading.** Records are read with plain file I/O (`record_framing`) and both CRCs are checked
 for every record read, as TensorFlow's reader does: the length's when the record is read, the
-data's vectorised with numpy (`record_crc`) over all records read for a window (or batch) before
-any of it is used; the examples of a window are decoded at once (`example_decoding`). Damage is
+data's (`record_crc`: google-crc32c) over all records read for a window (or batch) before any of
+it is used; the examples of a window are decoded at once (`example_decoding`). Damage is
 treated as the TensorFlow path treats it:
 
 - a bad CRC, or a file that ends inside a record's length+data, stops the reader with a
@@ -28,9 +28,10 @@ treated as the TensorFlow path treats it:
   only the planned files are read, their first `take` records minus the `skip` indices, so
   the damage is never reached.
 
-**Speed** (one core of an AMD EPYC, ELECTRA records of 128 tokens, ~550 bytes): ~8 us per
-record for the CRCs and ~17 us to decode; ~40,000 records/s in all (the TF pipeline, in C++
-threads: ~200,000), far above what a training step consumes.
+**Speed** (one core of an AMD EPYC, ELECTRA records of 128 tokens, ~550 bytes): ~0.2 us per
+record for the CRCs and ~17 us to decode; ~45,000 records/s in all on a loaded machine
+(`benchmarks/reader_parts.py`; the TF pipeline, in C++ threads: ~200,000), far above what a
+training step consumes.
 
 **Position.** `state()` is a small JSON-serialisable dict: the window (chunk) the next record
 comes from, the records of it already yielded, and the interleave's position at the window's
