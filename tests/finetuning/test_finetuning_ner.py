@@ -2,6 +2,7 @@
 the label set from the train file, entity F1 against seqeval itself (default and strict modes),
 the in-graph entity decoding and character offsets, and a fine-tune-export-serve run."""
 
+import logging
 import os
 import random
 import warnings
@@ -158,6 +159,29 @@ def test_an_unseen_dev_label_is_one_error_naming_file_and_line(tmp_path, tokeniz
     assert "\n" not in message
     assert message.startswith(os.path.join(str(tmp_path), "finetuning_data", "ner", "dev.txt")
                               + ":2: label 'B-MISC' does not occur in the training file ")
+
+
+@pytest.mark.parametrize("name", ["ner", "pos"])
+def test_no_dev_and_no_test_file_warns_that_nothing_is_scored(tmp_path, tokenizer, caplog, name):
+    """Issue 47: a train file alone trains and exports (a use of its own: every labelled
+    sentence for the export) with a warning that no metric will be reported; with do_train
+    false there is nothing to do."""
+    files = {"train.txt": "Paris X B-LOC\nin X O\n\n"}
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        _task(tmp_path, tokenizer, name, files)
+    directory = os.path.join(str(tmp_path), "finetuning_data", name)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"task {name!r}: no dev.txt or test.txt (or .conll) in {directory}: it trains and "
+        "exports but reports no metric; add a dev file to evaluate it"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="electra_tf"):
+        _task(tmp_path, tokenizer, name, files, do_eval=False)
+        _task(tmp_path / "with_test", tokenizer, name,
+              dict(files, **{"test.txt": "Paris X B-LOC\n\n"}))
+    assert not caplog.records
+    with pytest.raises(DataFileError, match=rf"task '{name}': no dev.txt or test.txt .* and "
+                                            r"do_train is false: nothing to do"):
+        _task(tmp_path, tokenizer, name, files, do_train=False)
 
 
 def test_bio_refuses_bioes_tags_and_bioes_accepts_them(tmp_path, tokenizer):

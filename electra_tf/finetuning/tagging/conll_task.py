@@ -5,8 +5,10 @@ Files `raw_data_dir/<task>/{train,dev,test}.txt` (or `.conll`; not both), test o
 checked (`tag_checker`), encoded as training labels (`encode`) and which label set it learns
 (`label_set`), and scores a split (`score`).
 
-Evaluated splits: dev, and test when the file exists (CoNLL test files are tagged). With `debug`,
-each file is read up to its 101st sentence (official).
+Evaluated splits: dev, and test when the file exists (CoNLL test files are tagged); neither is a
+warning that nothing will be scored (training alone, for the export, is a use of its own), or an
+error when the run does not train. With `debug`, each file is read up to its 101st sentence
+(official).
 
 ner and pos write each evaluated split's predictions to
 `results/<tasks>_tagging/<task>_<split>_<trial>.txt`: one "word gold predicted" line per word
@@ -81,12 +83,31 @@ class ConllTaggingTask(FinetuningTask):
             elif split == "train":
                 raise DataFileError(f"task {name!r}: no train.txt (or train.conll) in "
                                     f"{self.directory}")
+        self._check_evaluated(config)
         self.encoded = {split: [self.encode(s.tags) for s in sentences]
                         for split, sentences in self.sentences.items()}
         self.labels = self.label_set()
         self._label_ids = {label: i for i, label in enumerate(self.labels)}
         special = pretrained.vocab.special
         self.cls_id, self.sep_id = special.cls_id, special.sep_id
+
+    def _check_evaluated(self, config) -> None:
+        """Without a dev or test file nothing is scored: a warning when the run trains (training
+        on every labelled sentence, for the export, is a use of its own), an error when
+        evaluating is all it would do.
+
+        Raises:
+            DataFileError: do_train is false and there is nothing to evaluate.
+        """
+        if not config.do_eval or "dev" in self.sentences or "test" in self.sentences:
+            return
+        missing = f"no dev.txt or test.txt (or .conll) in {self.directory}"
+        if not config.do_train:
+            raise DataFileError(f"task {self.name!r}: {missing} and do_train is false: nothing "
+                                "to do (add a dev file to evaluate)")
+        logger.warning("task %r: %s: it trains%s but reports no metric; add a dev file to "
+                       "evaluate it", self.name, missing,
+                       " and exports" if config.do_export else "")
 
     # --- What a task decides ------------------------------------------------------------------
     def tag_checker(self) -> Optional[Callable[[str], None]]:
