@@ -153,6 +153,8 @@ class PretrainingConfig:
     # every core; 2.2x faster on 2 cores), else TensorFlow's default; 0 = TensorFlow's default.
     inter_op_threads: Optional[int] = None
     optimizer: str = "adamw"  # adamw (official) | lamb (large global batches)
+    # adamw only: Adam's bias correction, which the official optimizer lacks (training/adam_warmup)
+    adam_bias_correction: bool = False
 
     # --- Model ---
     model_size: str = "small"  # small | base | large

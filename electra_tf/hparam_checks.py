@@ -62,6 +62,9 @@ def validate(config) -> None:
          f"{config.resolved_mixed_precision!r}")
     need(config.optimizer in OPTIMIZERS,
          f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {config.optimizer!r}")
+    need(not (config.adam_bias_correction and config.optimizer != "adamw"),
+         f"adam_bias_correction applies to optimizer adamw; {config.optimizer} always corrects "
+         "its moments (drop the hparam)")
     need(not config.electric_objective and not config.two_tower_generator,
          "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
          "see docs/config.md")

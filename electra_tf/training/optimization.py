@@ -348,9 +348,9 @@ def create_optimizer(config, optimizer_name: str = "adamw",
                      generator_variables: Optional[Sequence] = None) -> OptimizerAndSchedule:
     """The official optimizer and schedule from a `PretrainingConfig`.
 
-    Uses `learning_rate`, `lr_decay_power`, `weight_decay_rate`, `num_warmup_steps` and
-    `num_train_steps`, the official defaults for betas and epsilon, and the official exclusion
-    list. Clip with `apply_gradients(..., clip_norm=CLIP_NORM)`.
+    Uses `learning_rate`, `lr_decay_power`, `weight_decay_rate`, `num_warmup_steps`,
+    `num_train_steps` and `adam_bias_correction`, the official defaults for betas and epsilon,
+    and the official exclusion list. Clip with `apply_gradients(..., clip_norm=CLIP_NORM)`.
 
     With `decoupled_optimizers` the generator's variables get their own schedule, of the same
     warmup and decay from `generator_learning_rate` (null: `learning_rate`), and their own clip
@@ -385,9 +385,11 @@ def create_optimizer(config, optimizer_name: str = "adamw",
             num_train_steps=config.num_train_steps, num_warmup_steps=config.num_warmup_steps,
             lr_decay_power=config.lr_decay_power)
     cls = AdamWeightDecay if optimizer_name == "adamw" else Lamb
+    extra = ({"bias_correction": True}
+             if optimizer_name == "adamw" and getattr(config, "adam_bias_correction", False) else {})
     optimizer = cls(learning_rate=schedule, weight_decay_rate=config.weight_decay_rate,
                     lr_multipliers=lr_multipliers, name=optimizer_name,
-                    generator_learning_rate=generator_schedule)
+                    generator_learning_rate=generator_schedule, **extra)
     if generator_schedule is not None and generator_variables is not None:
         optimizer.set_generator_variables(generator_variables)
     return OptimizerAndSchedule(optimizer, schedule)

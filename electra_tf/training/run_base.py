@@ -9,6 +9,7 @@ from typing import Dict, Optional
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import Preempted, TrainingError
+from electra_tf.training import adam_warmup
 from electra_tf.vocab import Vocab, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -66,6 +67,14 @@ def check_vocab_and_batches(config: PretrainingConfig, replicas: int, unit: str)
     return vocab
 
 
+def warn_about_schedule(config: PretrainingConfig) -> None:
+    """Logs one warning when the official Adam's first updates would be much larger than
+    `learning_rate` (a short warmup; `adam_warmup.short_warmup_warning`)."""
+    warning = adam_warmup.short_warmup_warning(config)
+    if warning:
+        logger.warning(warning)
+
+
 def preempted(step: int, checkpoint: Optional[str], during: str, rerun: str) -> Preempted:
     """The stop of a phase other than training: nothing of the run is lost."""
     return Preempted(f"stopped by SIGTERM {during} at step {step}; nothing is lost (the "
@@ -78,6 +87,7 @@ class LockedRun:
     and `_stop_preempted()` its own)."""
 
     _lock = None
+    _schedule_checked = False
 
     def train(self, stop_at_step: Optional[int] = None) -> Dict[str, float]:
         """Trains to `num_train_steps` (or `stop_at_step`, for tests and staged runs), resuming
@@ -89,6 +99,9 @@ class LockedRun:
             logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
                         config.num_train_steps)
             return {}
+        if not self._schedule_checked:  # once per run, whatever the number of train() calls
+            self._schedule_checked = True
+            warn_about_schedule(config)
         with self.stop:  # SIGTERM: stop before the next step, save, raise Preempted
             return self._train_steps(start_step, end_step)
 

@@ -41,7 +41,7 @@ def fusable_handles(variable, m, v):
 
 
 def fused_adamw_update(gradient, handles, lr, beta_1: float, beta_2: float, epsilon: float,
-                       weight_decay_rate: Optional[float]) -> None:
+                       weight_decay_rate: Optional[float], adam_lr=None) -> None:
     """The official AdamW update of one variable with TensorFlow's fused kernels.
 
     ResourceApplyAdam computes m, v and var -= lr_t * m / (sqrt(v) + epsilon) in one
@@ -60,6 +60,9 @@ def fused_adamw_update(gradient, handles, lr, beta_1: float, beta_2: float, epsi
         lr: scalar Tensor of the variable's dtype, the scheduled rate times its multiplier.
         beta_1, beta_2, epsilon: float, the Adam constants.
         weight_decay_rate: float, or None for a variable excluded from decay.
+        adam_lr: the rate of the Adam part, when it differs from the decay's `lr` (the
+            optimizer's `bias_correction`: lr times sqrt(1 - beta_2^t) / (1 - beta_1^t)); None
+            is `lr`.
     """
     var_handle, m_handle, v_handle, var = handles
     dtype = var.dtype
@@ -70,7 +73,8 @@ def fused_adamw_update(gradient, handles, lr, beta_1: float, beta_2: float, epsi
             delta=var.read_value())
     zero = tf.constant(0.0, dtype)
     tf.raw_ops.ResourceApplyAdam(
-        var=var_handle, m=m_handle, v=v_handle, beta1_power=zero, beta2_power=zero, lr=lr,
+        var=var_handle, m=m_handle, v=v_handle, beta1_power=zero, beta2_power=zero,
+        lr=lr if adam_lr is None else adam_lr,
         beta1=tf.cast(beta_1, dtype), beta2=tf.cast(beta_2, dtype),
         epsilon=tf.cast(epsilon, dtype), grad=gradient)
 

@@ -24,7 +24,8 @@ SHAPES = ((6, 3), (3,), (3, 4), (4,))
 LR_MULTIPLIERS = {"layer_0/": 0.5}
 # Gradient scales of the three steps: step 1's joint norm is over 1, so the clip scales it.
 GRADIENT_SCALES = (0.05, 2.0, 0.1)
-OPTIMIZER_NAMES = ("adamw", "lamb")
+# adamw_bc: AdamWeightDecay with bias_correction (the adam_bias_correction hparam).
+OPTIMIZER_NAMES = ("adamw", "lamb", "adamw_bc")
 SCHEDULE_STEPS = (0, 1, 2, 3, 7, 10, 15)
 OFFICIAL_SCHEDULE_STEPS = (0, 5000, 10_000, 500_000, 1_000_000, 2_000_000)
 
@@ -52,6 +53,9 @@ def make_schedule() -> optimization.WarmupPolynomialDecay:
 
 
 def make_optimizer(name: str) -> optimizers.DecoupledWeightDecayOptimizer:
+    if name == "adamw_bc":
+        return optimizers.AdamWeightDecay(make_schedule(), lr_multipliers=LR_MULTIPLIERS,
+                                          name=name, bias_correction=True)
     cls = {"adamw": optimizers.AdamWeightDecay, "lamb": optimizers.Lamb}[name]
     return cls(make_schedule(), lr_multipliers=LR_MULTIPLIERS, name=name)
 

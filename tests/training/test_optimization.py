@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.hparams import ConfigError
 from electra_tf.training import optimization as opt_lib
 from electra_tf.training import optimizers
 
@@ -164,6 +165,53 @@ def test_adamw_two_steps_match_numpy_without_bias_correction():
     assert int(optimizer.iterations) == 2
     # Step 1 (lr > 0) did move the weights.
     assert not np.allclose(variables["bias"].numpy(), make_params(np.random.default_rng(0))["bias"])
+
+
+def test_adamw_bias_correction_matches_numpy_and_leaves_the_decay_uncorrected():
+    # adam_bias_correction: the Adam part times sqrt(1 - b2^t) / (1 - b1^t) at t = iterations + 1;
+    # the decoupled decay stays lr * wd * param. TensorFlow's fused kernel path (one device).
+    rng = np.random.default_rng(3)
+    params = make_params(rng)
+    variables = {k: make_var(PATHS[k], p) for k, p in params.items()}
+    keys = list(PATHS)
+    schedule = opt_lib.WarmupPolynomialDecay(1e-2, num_train_steps=100, num_warmup_steps=2)
+    optimizer = optimizers.AdamWeightDecay(schedule, bias_correction=True)
+    m = {k: np.zeros_like(p) for k, p in params.items()}
+    v = {k: np.zeros_like(p) for k, p in params.items()}
+    decayed = {"ln": False, "bias": False, "kernel": True, "emb": True}
+    for step in range(4):
+        grads, tf_grads = make_grads(rng)
+        optimizer.apply([tf_grads[k] for k in keys], [variables[k] for k in keys])
+        lr = 1e-2 * (1 - step / 100) * min(1.0, step / 2)
+        t = step + 1
+        correction = np.sqrt(1 - B2 ** t) / (1 - B1 ** t)
+        for k in params:
+            m[k] = B1 * m[k] + (1 - B1) * grads[k]
+            v[k] = B2 * v[k] + (1 - B2) * grads[k] ** 2
+            update = correction * m[k] / (np.sqrt(v[k]) + EPS)
+            if decayed[k]:
+                update = update + WD * params[k]
+            params[k] = params[k] - lr * update
+        for k in keys:
+            np.testing.assert_allclose(variables[k].numpy(), params[k], rtol=1e-5, atol=1e-7,
+                                       err_msg=f"{k} after step {step}")
+    # The official update (no correction) of the same steps differs: the flag is not a no-op.
+    assert optimizer.get_config()["bias_correction"] is True
+    assert "bias_correction" not in optimizers.AdamWeightDecay(schedule).get_config()
+    restored = optimizers.AdamWeightDecay.from_config(optimizer.get_config())
+    assert restored.bias_correction is True
+
+
+def test_create_optimizer_passes_adam_bias_correction_and_lamb_refuses_it():
+    config = PretrainingConfig.create("unit", "/nonexistent-data-dir",
+                                      {"adam_bias_correction": True})
+    optimizer, _ = opt_lib.create_optimizer(config)
+    assert optimizer.bias_correction is True
+    assert opt_lib.create_optimizer(
+        PretrainingConfig.create("unit", "/nonexistent-data-dir"))[0].bias_correction is False
+    with pytest.raises(ConfigError, match="adam_bias_correction applies to optimizer adamw"):
+        PretrainingConfig.create("unit", "/nonexistent-data-dir",
+                                 {"adam_bias_correction": True, "optimizer": "lamb"})
 
 
 def test_adamw_step_at_official_step_5000():
