@@ -6,6 +6,9 @@ The run is the TensorFlow trainer's `multi_worker` run, on JAX:
   JAX): every host reads `KERAS_DISTRIBUTION_JOB_ADDRESSES` (the coordinator, process 0's
   `host:port`), `KERAS_DISTRIBUTION_NUM_PROCESSES` and `KERAS_DISTRIBUTION_PROCESS_ID`, or,
   unset, JAX finds the cluster itself (a Cloud TPU pod slice, Slurm). Process i is host i.
+  The hosts then compare their config fingerprints (`check_same_config`): hosts started with
+  different hparams would train apart, each exiting 0, so every host refuses in one line naming
+  the first differing hparam.
 - **Devices.** `keras.distribution.DataParallel` over every device of every host, host-major
   (`global_devices`): host i's rows of the global batch are rows [i * b, (i + 1) * b) of it, as
   TensorFlow numbers the replicas of its workers, so an example's global index (which keys its
@@ -35,6 +38,7 @@ values: one collective over the hosts' devices, as the gradients' (gloo on CPU h
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -113,7 +117,44 @@ def join(config: PretrainingConfig) -> Hosts:
     hosts = Hosts(jax.process_count(), jax.process_index())
     logger.info("host %d of %d (JAX processes); %d devices in all, %d here", hosts.index,
                 hosts.count, jax.device_count(), jax.local_device_count())
+    check_same_config(config, hosts)
     return hosts
+
+
+# What may differ between the hosts of one run: where each mounts the shared directories, and
+# its own resources (the run's hparams may not).
+HOST_LOCAL_FIELDS = ("data_dir", "model_dir", "pretrain_tfrecords", "eval_tfrecords",
+                     "vocab_file", "two_stage_generator_dir", "frozen_generator_dir",
+                     "inter_op_threads", "tpu_name", "tpu_zone", "gcp_project",
+                     "resolved_mixed_precision", "resolved_mixed_precision_reason")
+
+
+def check_same_config(config: PretrainingConfig, hosts: Hosts) -> None:
+    """Every host was started with the same hparams: their config fingerprints (sha256 of the
+    resolved config without `HOST_LOCAL_FIELDS`) are compared (one collective); on a mismatch
+    the configs are gathered to name the first differing hparam, on every host.
+
+    Raises:
+        TrainingError: the hosts' configs differ (each host raises the same line).
+    """
+    if not hosts.several:
+        return
+    shared = {k: v for k, v in config.to_dict().items() if k not in HOST_LOCAL_FIELDS}
+    text = json.dumps(shared, sort_keys=True, default=str)
+    fingerprint = int(hashlib.sha256(text.encode("utf-8")).hexdigest()[:15], 16)  # 60 bits
+    if len(set(gather_ints(hosts, [fingerprint])[:, 0])) == 1:
+        return
+    configs = gather_json(hosts, json.loads(text))
+    for index, other in enumerate(configs[1:], 1):
+        differing = sorted(k for k in set(configs[0]) | set(other)
+                           if configs[0].get(k) != other.get(k))
+        if differing:
+            key = differing[0]
+            more = f" (and {len(differing) - 1} more)" if len(differing) > 1 else ""
+            raise TrainingError(
+                f"the hosts were started with different hparams: {key} is "
+                f"{configs[0].get(key)!r} on host 0, {other.get(key)!r} on host {index}{more}: "
+                "start every host with the same command and --hparams")
 
 
 def global_devices() -> List[str]:
