@@ -18,10 +18,12 @@ official keys (`METRIC_INPUT_KEYS`); `metric_inputs` builds it from this package
 The sampled and discriminator metrics exist only for the ELECTRA objective, the discriminator ones
 only when disc_weight > 0 (as official). `disc_replaced_share`, the fraction of real tokens the
 generator replaced, is not official: it is the base rate a collapsed discriminator predicts, whose
-binary entropy its loss then equals (`training.collapse`). Deliberate difference: the official `disc_auc` passes
-labels * input_mask and probs * input_mask over ALL positions, so every padding position counts as a
-negative with probability 0, which inflates the AUC. By default `disc_auc` here counts real tokens
-only; `disc_auc_include_padding=True` restores the official behaviour.
+binary entropy its loss then equals (`training.collapse`).
+
+Deliberate difference: the official `disc_auc` passes labels * input_mask and probs * input_mask
+over ALL positions, so every padding position counts as a negative with probability 0, which
+inflates the AUC. By default `disc_auc` here counts real tokens only;
+`disc_auc_include_padding=True` restores the official behaviour.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ loop; the Keras parts are only the outer loop, the callbacks and the logs. `eval
 
 Logs: `loss` (the mean total loss over the epoch's steps) and the official metrics
 (`PretrainingMetrics`: masked_lm_accuracy, masked_lm_loss, sampled_masked_lm_accuracy,
-disc_loss, disc_auc, disc_accuracy, disc_precision, disc_recall). Each replica adds its
+disc_loss, disc_auc, disc_accuracy, disc_precision, disc_recall; and disc_replaced_share, not
+official: the share of real tokens replaced). Each replica adds its
 contribution to the global loss, so the loss metric counts a step as 1/replicas per replica;
 the epoch and `evaluate()` values are computed across replicas by Keras at the end and are those
 of one device with the whole batch (per-batch progress-bar values of the accuracy-type metrics
