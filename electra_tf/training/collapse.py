@@ -131,7 +131,8 @@ class CollapseGuard:
         start_step: int. The last step of the early phase: max(`num_warmup_steps`,
             `collapse_grace_steps`).
         settings: {hparam: value} the advice quotes (learning_rate, num_warmup_steps,
-            train_batch_size, generator_hidden_size, temperature).
+            optimizer, adam_bias_correction, train_batch_size, generator_hidden_size,
+            temperature).
         log: bool. Whether this process logs the warning (the chief, host 0).
     """
 
@@ -149,8 +150,8 @@ class CollapseGuard:
         """The guard of a run: `collapse_patience`, the early phase up to max(num_warmup_steps,
         collapse_grace_steps), the hparams the advice names."""
         settings = {key: getattr(config, key) for key in (
-            "learning_rate", "num_warmup_steps", "train_batch_size", "generator_hidden_size",
-            "temperature")}
+            "learning_rate", "num_warmup_steps", "optimizer", "adam_bias_correction",
+            "train_batch_size", "generator_hidden_size", "temperature") if hasattr(config, key)}
         return cls(config.collapse_patience,
                    max(config.num_warmup_steps, config.collapse_grace_steps), settings, log)
 
@@ -210,9 +211,14 @@ class CollapseGuard:
         def now(key):
             return f" (now {s[key]})" if key in s else ""
 
+        # The official Adam has no bias correction: under a short warmup its first ~1000
+        # updates are up to 3x what learning_rate says (training.adam_warmup).
+        adam = (" or adam_bias_correction true (now false: a short warmup's first updates are "
+                "larger than learning_rate says)" if s.get("adam_bias_correction") is False
+                and s.get("optimizer") == "adamw" else "")
         return ("To fix it, restart the run (from scratch or from a checkpoint before the "
                 f"collapse) with a lower learning_rate{now('learning_rate')} or a longer "
-                f"num_warmup_steps{now('num_warmup_steps')}: the official recipe is "
+                f"num_warmup_steps{now('num_warmup_steps')}{adam}: the official recipe is "
                 f"learning_rate 5e-4 at train_batch_size 128{now('train_batch_size')} with "
                 "10000 warmup steps and the gradient clipped at global norm 1.0 (fixed here); "
                 "do not raise the rate with the batch. A smaller generator_hidden_size"

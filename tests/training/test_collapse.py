@@ -130,6 +130,10 @@ def test_the_early_phase_is_the_later_of_warmup_and_grace(tmp_path):
     assert guard(num_warmup_steps=10, collapse_grace_steps=0).start_step == 10
     assert guard(collapse_patience=5).patience == 5
     assert guard(learning_rate=1e-3).settings["learning_rate"] == 1e-3
+    # The official Adam (no bias correction) takes larger first steps under a short warmup.
+    assert "adam_bias_correction true (now false" in guard().advice()
+    assert "adam_bias_correction" not in guard(adam_bias_correction=True).advice()
+    assert "adam_bias_correction" not in guard(optimizer="lamb").advice()
 
 
 def test_a_recovery_resets_the_count_and_the_warning_is_never_repeated(logs):
