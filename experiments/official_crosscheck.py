@@ -42,6 +42,11 @@ if REPO_ROOT not in sys.path:
 logger = logging.getLogger("electra_tf.experiment")
 
 IMPLEMENTATIONS = ("official", "electra_tf")
+# Diagnostic variants of electra-tf (not compared by default): "electra_tf_cpu_clip" clips by the
+# norm the official code computes on CPU/GPU, where an embedding gradient's rows of a repeated
+# token id count separately (`tf.clip_by_global_norm` of an IndexedSlices); electra-tf's default
+# is the official TPU path's norm of the summed rows (docs/parity.md, item 32).
+VARIANTS = ("electra_tf_cpu_clip",)
 TAGS = ("disc_loss", "disc_auc", "disc_recall", "masked_lm_accuracy", "masked_lm_loss")
 
 
@@ -113,14 +118,23 @@ def run_official(official_dir: str, data_dir: str, hparams: dict, seed: int, ste
 
 
 def run_electra_tf(data_dir: str, model_dir: str, hparams: dict, seed: int, every: int,
-                   threads: int) -> List[dict]:
-    """electra-tf's TensorFlow trainer on the same hparams; its per-loop training scalars."""
+                   threads: int, cpu_clip: bool = False) -> List[dict]:
+    """electra-tf's TensorFlow trainer on the same hparams; its per-loop training scalars.
+
+    cpu_clip: clip by the official CPU/GPU norm (unsummed embedding rows) instead of the TPU
+    path's, by wrapping `optimization.apply_gradients` for this process (a diagnostic)."""
+    import functools
+
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
+    from electra_tf.training import optimization
     from electra_tf.training.trainer import Trainer
     from experiments.electra_vs_mlm import read_scalars
 
+    if cpu_clip:
+        optimization.apply_gradients = functools.partial(optimization.apply_gradients,
+                                                         sum_repeated_rows=False)
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
     ours = dict(hparams, seed=seed, mixed_precision="float32", strategy="one_device",
@@ -172,7 +186,8 @@ def one_run(args) -> int:
                              args.every, args.threads)
     else:
         curve = run_electra_tf(args.data_dir, os.path.join(args.work_dir, "models", name),
-                               hparams, args.seed, args.every, args.threads)
+                               hparams, args.seed, args.every, args.threads,
+                               cpu_clip=args.impl == "electra_tf_cpu_clip")
     record = {"implementation": args.impl, "setting": args.setting, "seed": args.seed,
               "hparams": hparams, "curve": curve, "seconds": time.time() - start}
     path = os.path.join(args.work_dir, "runs", name + ".json")
@@ -200,7 +215,7 @@ def aggregate(runs: List[dict]) -> Dict[str, Dict[str, Dict[str, list]]]:
     """{setting: {impl: {tag: [[step, mean, std, n], ...]}}} over seeds."""
     out: Dict[str, Dict[str, Dict[str, list]]] = {}
     for setting in sorted({r["setting"] for r in runs}):
-        for impl in IMPLEMENTATIONS:
+        for impl in IMPLEMENTATIONS + VARIANTS:
             group = [r for r in runs if r["setting"] == setting and r["implementation"] == impl]
             if not group:
                 continue
@@ -218,29 +233,29 @@ def aggregate(runs: List[dict]) -> Dict[str, Dict[str, Dict[str, list]]]:
     return out
 
 
-def compare(aggregated: dict) -> Dict[str, Dict[str, dict]]:
-    """Per setting and tag, over the second half of the run (once the curves have moved): the
-    mean difference electra_tf - official, and the seed noise (the larger of the two
-    implementations' mean across-seed standard deviations)."""
-    out: Dict[str, Dict[str, dict]] = {}
+def compare(aggregated: dict) -> Dict[str, Dict[str, Dict[str, dict]]]:
+    """{setting: {impl: {tag: ...}}} for every implementation beside the official one, over the
+    second half of the run (once the curves have moved): the mean difference impl - official, and
+    the seed noise (the larger of the two implementations' mean across-seed standard deviations).
+    """
+    out: Dict[str, Dict[str, Dict[str, dict]]] = {}
     for setting, impls in aggregated.items():
-        if set(IMPLEMENTATIONS) - set(impls):
+        if "official" not in impls:
             continue
-        for tag in TAGS:
-            ours = {row[0]: row for row in impls["electra_tf"].get(tag, [])}
-            theirs = {row[0]: row for row in impls["official"].get(tag, [])}
-            steps = sorted(set(ours) & set(theirs))
-            late = steps[len(steps) // 2:]
-            if not late:
-                continue
-            diff = sum(ours[s][1] - theirs[s][1] for s in late) / len(late)
-            noise = max(sum(ours[s][2] for s in late) / len(late),
-                        sum(theirs[s][2] for s in late) / len(late))
-            out.setdefault(setting, {})[tag] = {
-                "steps": [late[0], late[-1]], "electra_tf_minus_official": diff,
-                "seed_std": noise,
-                "electra_tf_late_mean": sum(ours[s][1] for s in late) / len(late),
-                "official_late_mean": sum(theirs[s][1] for s in late) / len(late)}
+        for impl in [i for i in impls if i != "official"]:
+            for tag in TAGS:
+                ours = {row[0]: row for row in impls[impl].get(tag, [])}
+                theirs = {row[0]: row for row in impls["official"].get(tag, [])}
+                steps = sorted(set(ours) & set(theirs))
+                late = steps[len(steps) // 2:]
+                if not late:
+                    continue
+                mean = lambda rows, i: sum(rows[s][i] for s in late) / len(late)  # noqa: E731
+                out.setdefault(setting, {}).setdefault(impl, {})[tag] = {
+                    "steps": [late[0], late[-1]],
+                    "minus_official": mean(ours, 1) - mean(theirs, 1),
+                    "seed_std": max(mean(ours, 2), mean(theirs, 2)),
+                    "late_mean": mean(ours, 1), "official_late_mean": mean(theirs, 1)}
     return out
 
 
@@ -248,17 +263,19 @@ def summary_markdown(result: dict) -> str:
     lines = ["# Official ELECTRA against electra-tf, curve by curve", "",
              f"Model: {json.dumps(result['model'])}; vocab {result['vocab_size']}; "
              f"{result['steps']} steps; seeds {result['seeds']}; float32; metrics over windows of "
-             f"{result['every']} training steps (dropout on).", ""]
-    for setting, tags in result["comparison"].items():
+             f"{result['every']} training steps (dropout on). Means over the second half of the "
+             "run; seed std: the larger implementation's mean across-seed standard deviation.", ""]
+    for setting, impls in result["comparison"].items():
         lr, warm = SETTINGS[setting]
-        lines += [f"## {setting}: learning_rate {lr:g}, warmup {warm:.0%} of the steps", "",
-                  "| metric (second half of the run) | official | electra-tf | difference | "
-                  "seed std |", "|---|---:|---:|---:|---:|"]
-        for tag, c in tags.items():
-            lines.append(f"| {tag} | {c['official_late_mean']:.4f} | "
-                         f"{c['electra_tf_late_mean']:.4f} | "
-                         f"{c['electra_tf_minus_official']:+.4f} | {c['seed_std']:.4f} |")
-        lines.append("")
+        for impl, tags in impls.items():
+            lines += [f"## {setting} (learning_rate {lr:g}, warmup {warm:.0%} of the steps): "
+                      f"{impl} against official", "",
+                      f"| metric | official | {impl} | difference | seed std |",
+                      "|---|---:|---:|---:|---:|"]
+            for tag, c in tags.items():
+                lines.append(f"| {tag} | {c['official_late_mean']:.4f} | {c['late_mean']:.4f} | "
+                             f"{c['minus_official']:+.4f} | {c['seed_std']:.4f} |")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -272,7 +289,8 @@ def plot(aggregated: dict, path: str) -> str:
     settings = sorted(aggregated)
     fig, axes = plt.subplots(len(settings), len(tags), figsize=(5 * len(tags), 3.6 * len(settings)),
                              squeeze=False)
-    colours = {"official": "tab:orange", "electra_tf": "tab:blue"}
+    colours = {"official": "tab:orange", "electra_tf": "tab:blue",
+               "electra_tf_cpu_clip": "tab:green"}
     for row, setting in enumerate(settings):
         for col, tag in enumerate(tags):
             ax = axes[row][col]
@@ -402,13 +420,14 @@ def main(argv=None) -> int:
                                                              "official_crosscheck"))
     parser.add_argument("--settings", type=_csv(str), default=list(SETTINGS),
                         help=f"comma-separated, of {', '.join(SETTINGS)}")
-    parser.add_argument("--implementations", type=_csv(str), default=list(IMPLEMENTATIONS))
+    parser.add_argument("--implementations", type=_csv(str), default=list(IMPLEMENTATIONS),
+                        help=f"comma-separated, of {', '.join(IMPLEMENTATIONS + VARIANTS)}")
     parser.add_argument("--seeds", type=_csv(int), default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=2000, help="training steps per run")
     parser.add_argument("--every", type=int, default=100, help="steps per curve point")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     # _run only:
-    parser.add_argument("--impl", choices=IMPLEMENTATIONS, help=argparse.SUPPRESS)
+    parser.add_argument("--impl", choices=IMPLEMENTATIONS + VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--setting", choices=tuple(SETTINGS), help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
@@ -419,9 +438,9 @@ def main(argv=None) -> int:
         if name not in SETTINGS:
             parser.error(f"--settings: unknown setting {name!r}; choose from {', '.join(SETTINGS)}")
     for name in args.implementations:
-        if name not in IMPLEMENTATIONS:
+        if name not in IMPLEMENTATIONS + VARIANTS:
             parser.error(f"--implementations: unknown {name!r}; choose from "
-                         f"{', '.join(IMPLEMENTATIONS)}")
+                         f"{', '.join(IMPLEMENTATIONS + VARIANTS)}")
     if args.steps < args.every or args.every < 1:
         parser.error("--steps must be >= --every >= 1")
     if args.jobs < 1:

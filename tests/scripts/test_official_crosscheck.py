@@ -40,7 +40,8 @@ def test_layer_norm_names_and_values_are_contribs():
     x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype(np.float32) * 5 + 2
 
     def build():
-        return [official_compat.layer_norm(tf.constant(x)), official_compat.layer_norm(tf.constant(x))]
+        return [official_compat.layer_norm(tf.constant(x)),
+                official_compat.layer_norm(tf.constant(x))]
 
     (first, second), variables = _run_graph(build)
     # Default scope uniquified as contrib's: LayerNorm, LayerNorm_1; gamma 1, beta 0.
@@ -114,13 +115,16 @@ def test_aggregate_and_compare_report_mean_seed_std_and_late_difference():
     np.testing.assert_allclose([row[1] for row in auc], [0.51, 0.61, 0.71])
     np.testing.assert_allclose([row[2] for row in auc], [0.02 / math.sqrt(2)] * 3)
     assert [row[3] for row in auc] == [2, 2, 2]
-    late = official_crosscheck.compare(aggregated)["hot"]["disc_auc"]
+    late = official_crosscheck.compare(aggregated)["hot"]["electra_tf"]["disc_auc"]
     assert late["steps"] == [200, 300]  # the second half
-    np.testing.assert_allclose(late["electra_tf_minus_official"], (0.03 + 0.05) / 2)
+    np.testing.assert_allclose(late["minus_official"], (0.03 + 0.05) / 2)
     np.testing.assert_allclose(late["seed_std"], 0.02 / math.sqrt(2))
-    assert "hot: learning_rate" in official_crosscheck.summary_markdown(
+    summary = official_crosscheck.summary_markdown(
         {"model": {}, "vocab_size": 1, "steps": 300, "every": 100, "seeds": [0, 1],
          "comparison": official_crosscheck.compare(aggregated)})
+    assert "## hot (learning_rate 0.005, warmup 1% of the steps): electra_tf against official" \
+        in summary
+    assert "| disc_auc | 0.6600 | 0.7000 | +0.0400 | 0.0141 |" in summary
 
 
 @pytest.fixture(scope="module")
