@@ -94,6 +94,8 @@ class PretrainingConfig:
     do_train: bool = True  # pretrain
     do_eval: bool = False  # evaluate on the held-out split (writes eval_results.txt)
     do_export: bool = True  # export discriminator and generator SavedModels after training
+    # What the SavedModels compute in, whatever mixed_precision trained in: float32 | bfloat16
+    export_precision: str = "float32"
     # Learning probe: every N steps a linear classifier on frozen discriminator features of a
     # labelled task, its dev accuracy logged (a JSON object: probe_settings; null: off)
     probe: Optional[Mapping[str, Any]] = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from electra_tf import generator_checks, probe_settings
+from electra_tf import generator_checks, precision, probe_settings
 from electra_tf.errors import is_utf8_path, shown_path
 from electra_tf.hparams import MAX_INT32, ConfigError, coerce_hparam
 from electra_tf.model_config import ModelConfig, get_bert_config, get_generator_config
@@ -60,6 +60,8 @@ def validate(config) -> None:
     need(config.resolved_mixed_precision in (None,) + PRECISIONS[1:],
          f"resolved_mixed_precision must be one of {', '.join(PRECISIONS[1:])}, got "
          f"{config.resolved_mixed_precision!r}")
+    need(precision.check_export_precision(config.export_precision) is None,
+         precision.check_export_precision(config.export_precision))
     need(config.optimizer in OPTIMIZERS,
          f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {config.optimizer!r}")
     need(not (config.adam_bias_correction and config.optimizer != "adamw"),

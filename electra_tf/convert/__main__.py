@@ -167,7 +167,10 @@ def _add_to_onnx(sub: argparse._SubParsersAction,
                     "tagging tag_ids, tags\n"
                     "Raw-text signatures are not exported (their tokenizer is a tensorflow-text "
                     "op): tokenize with the model's vocab.txt (to-hf writes tokenizer.json). "
-                    "Outputs equal the SavedModel's within 1e-4 in onnxruntime (docs/conversion.md).")
+                    "The file computes in float32 (a SavedModel exported with export_precision "
+                    "bfloat16 is refused: ONNX Runtime cannot run it) and is test-loaded in "
+                    "onnxruntime before it is written. Outputs equal the SavedModel's within 1e-4 "
+                    "in onnxruntime (docs/conversion.md).")
     p.add_argument("--model-dir", required=True,
                    help="a pretraining run directory (DATA_DIR/models/NAME: its discriminator from "
                         "a checkpoint), an exported discriminator SavedModel (export/discriminator: "

@@ -18,8 +18,14 @@ that ONNX has no counterpart for; tokenize with the exported vocabulary (`to-hf`
 Route: tf2onnx converts the SavedModel's own concrete function (weights frozen into the graph),
 so the ONNX file computes exactly what TF Serving would. TF 2.21 writes the exact GELU as
 `Erfc`, which tf2onnx 1.17 does not map: it is rewritten here as `1 - Erf(x)` (ONNX has `Erf`).
-The model's metadata (`metadata_props`) records the source, the signature, the opset and, for
-classification and tagging, the label names (`labels`, JSON).
+The model's metadata (`metadata_props`) records the source, the signature, the opset, the
+precision and, for classification and tagging, the label names (`labels`, JSON).
+
+Precision: float32 always. A run directory's model is built in float32 whatever the run trained
+in (as its SavedModels are by default, `export_precision`); a SavedModel that computes in bf16
+is refused in one line (tf2onnx turns it into a file ONNX Runtime cannot load). Whatever the
+source, the written file is loaded in ONNX Runtime (where installed) before it takes its name:
+a file it refuses is a one-line error and nothing is left.
 
 Needs the `[onnx]` extra (tf2onnx, onnx; onnxruntime to run the file).
 """
@@ -49,6 +55,10 @@ EXTRA_HINT = "pip install 'electra-tf[onnx]' (or: pip install -e '.[onnx]')"
 SHARED_INPUTS = ("input_ids", "input_mask", "segment_ids")
 IDS_SUFFIX = "_ids"
 LABELS_FILE = os.path.join("assets.extra", "labels.json")  # finetuning.export.LABELS_FILE
+FINETUNING_CONFIG_FILE = os.path.join("assets.extra", "finetuning_config.json")  # its CONFIG_FILE
+# What every ONNX file computes in (recorded as `electra_tf.export_precision`): ONNX Runtime has
+# no bfloat16 kernels for these graphs, so a bf16 SavedModel is refused, not converted.
+EXPORT_PRECISION = "float32"
 # Names of the dynamic axes, by input; other inputs get "batch" and their own second axis.
 AXIS_NAMES = {"labeled_positions": ("batch", "words")}
 SEQUENCE_AXES = ("batch", "sequence")
@@ -191,10 +201,13 @@ def _name_axes(model, input_specs: List[tf.TensorSpec]) -> None:
 
 
 def _discriminator_function(model_dir: str, checkpoint: Optional[str]):
-    """(tf.function, input specs, step) of a pretraining run's discriminator, as it is exported."""
+    """(tf.function, input specs, step) of a pretraining run's discriminator, as it is exported
+    (in float32, whatever the run trained in: its SavedModel's default `export_precision`)."""
+    from electra_tf import precision
     from electra_tf.training.export import int_spec, rtd_outputs
 
-    loaded = load_model_dir(model_dir, checkpoint)
+    with precision.keras_policy(precision.EXPORT_POLICIES[EXPORT_PRECISION]):
+        loaded = load_model_dir(model_dir, checkpoint)
     model = loaded.model
     if model.discriminator_head is None:
         raise ConversionError(f"--model-dir {model_dir} was trained without a discriminator "
@@ -221,6 +234,8 @@ def _saved_model_function(path: str, task: Optional[str]):
         raise ConversionError(f"--model-dir {path}: cannot load the SavedModel ({error_line(e)})") from None
     name = choose_signature(loaded.signatures, path, task)
     signature = loaded.signatures[name]
+    if computes_in_bfloat16(signature):
+        raise ConversionError(_bfloat16_refusal(path))
     specs = _ordered(_ids_inputs(signature))
 
     @tf.function(input_signature=specs)
@@ -234,6 +249,34 @@ def _saved_model_function(path: str, task: Optional[str]):
         with open(labels_path, encoding="utf-8") as f:
             labels = json.load(f).get(name[:-len(IDS_SUFFIX)])
     return serve, specs, name, labels
+
+
+def computes_in_bfloat16(function) -> bool:
+    """Whether a concrete function (a loaded signature) has a bfloat16 tensor anywhere, the
+    functions it calls included: such a graph converts to ONNX that ONNX Runtime cannot load
+    (tf2onnx writes bf16 and float16 operands into one Add)."""
+    from tensorflow.core.framework import types_pb2
+
+    graph = function.graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    return any(value.type == types_pb2.DT_BFLOAT16 or types_pb2.DT_BFLOAT16 in value.list.type
+               for node in nodes for value in node.attr.values())
+
+
+def _bfloat16_refusal(path: str) -> str:
+    """The one line refusing a bfloat16 SavedModel, with the way to a float32 one."""
+    head = (f"--model-dir {path} computes in bfloat16 (trained under mixed_bfloat16 and exported "
+            "before exports were float32, or with export_precision bfloat16), which ONNX Runtime "
+            "cannot run")
+    if os.path.isfile(os.path.join(path, FINETUNING_CONFIG_FILE)):
+        return (f"{head}: fine-tune it again with export_precision float32 (the default) and "
+                "convert that export")
+    export_dir = os.path.dirname(os.path.dirname(os.path.abspath(path)))  # RUN/export/NET/STEP
+    run = os.path.dirname(export_dir)
+    if os.path.basename(export_dir) == "export" and os.path.isdir(run):
+        return (f"{head}: pass its run directory (--model-dir {run}), converted in float32, or "
+                "export it again with export_precision float32 (the default)")
+    return f"{head}: export it again with export_precision float32 (the default)"
 
 
 def _check_arguments(model_dir: str, output: str, opset: int, overwrite: bool) -> None:
@@ -314,8 +357,31 @@ def _write_model(model: Any, metadata: Dict[str, str], output: str) -> None:
         with atomic.atomic_path(output) as tmp:
             with open(tmp, "wb") as f:
                 f.write(model.SerializeToString())
+            _check_loadable(tmp, output)  # a failure removes the file: nothing partial is left
     except OSError as e:
         raise ConversionError(f"cannot write --output {output} ({error_line(e)})") from None
+
+
+def _check_loadable(path: str, output: str) -> None:
+    """Loads the written file `path` (to be renamed to `output`) in ONNX Runtime, where it is
+    installed: what "wrote" promises.
+
+    Raises:
+        ConversionError: ONNX Runtime refuses the file (one line: its reason).
+    """
+    try:
+        import onnxruntime
+    except ImportError:
+        logger.info("onnxruntime is not installed: %s was not test-loaded", output)
+        return
+    try:
+        onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's own exception types (Fail, InvalidGraph...)
+        reason = error_line(e, limit=None).replace(path, output)[:300]
+        raise ConversionError(f"the converted model does not load in onnxruntime "
+                              f"{onnxruntime.__version__} ({reason}), so {output} was not "
+                              "written; try another --opset, else report it with this "
+                              "command line") from None
 
 
 def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
@@ -344,7 +410,7 @@ def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
 
     # `export/discriminator` (TF Serving's base path) -> its newest version folder.
     model_dir = latest_version_dir(model_dir) or model_dir
-    metadata = {"electra_tf.opset": str(opset)}
+    metadata = {"electra_tf.opset": str(opset), "electra_tf.export_precision": EXPORT_PRECISION}
     function, specs = _source_function(model_dir, task, checkpoint, metadata)
     logger.info("converting %s (%s) to ONNX opset %d", model_dir, metadata["electra_tf.signature"],
                 opset)

@@ -20,7 +20,7 @@ Runs with several tasks get none of these.
 
 electra-tf additions (documented in docs/finetuning.md): `layerwise_lr_decay_fix` (the issue #51
 fix), `official_gpu_clip_norm` (the official CPU/GPU clip norm), `seed`, `random_init`, `strip_accents`, `mixed_precision`, `results_json`, `log_steps`,
-`do_export`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased`,
+`do_export`, `export_precision`, `skip_bad_answers` (QA), `flush_last_sentence`, `tagging_cased`,
 `legacy_tagging_loss`, `tagging_label_column`, `tagging_scheme` and `tagging_entity_mode`
 (tagging). The TPU hparams are accepted under their official names so
 official hparam files load, and do nothing.
@@ -35,6 +35,7 @@ import os
 import typing
 from typing import Any, Mapping, Optional, Tuple, Union
 
+from electra_tf import precision
 from electra_tf.config import MODELS_DIR, check_model_name
 from electra_tf.hparams import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
 from electra_tf.training import run_dir
@@ -141,6 +142,9 @@ class FinetuningConfig:
     mixed_precision: str = "auto"  # auto (bf16 where native, else float32) | float32 | mixed_bfloat16
     log_steps: int = 100  # log the training loss every this many steps
     do_export: bool = True  # export the fine-tuned SavedModel(s) (see keep_all_models)
+    # What the exported SavedModels compute in, whatever mixed_precision trained in:
+    # float32 | bfloat16
+    export_precision: str = "float32"
     skip_bad_answers: bool = False  # QA train: skip (official) instead of refusing bad answers
     flush_last_sentence: bool = False  # tagging: keep a last sentence without a blank line after
     # tagging: tokenize words as the model does (true) or lower-cased and accent-stripped (false,
@@ -232,6 +236,8 @@ class FinetuningConfig:
              f"task_names has duplicates: {list(self.task_names)}")
         need(self.mixed_precision in PRECISIONS,
              f"mixed_precision must be one of {', '.join(PRECISIONS)}, got {self.mixed_precision!r}")
+        need(precision.check_export_precision(self.export_precision) is None,
+             precision.check_export_precision(self.export_precision))
         need(self.learning_rate >= 0, f"learning_rate must be >= 0, got {self.learning_rate}")
         need(self.weight_decay_rate >= 0, f"weight_decay_rate must be >= 0, got {self.weight_decay_rate}")
         need(self.layerwise_lr_decay <= 1.0,

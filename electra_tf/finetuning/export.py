@@ -10,6 +10,10 @@ is the first task's raw-text signature:
 | question answering | `question`, `context` -> `answer`, `answer_start`, `answer_end` (character offsets into the context), `score`, `null_odds`, `has_answer` | the head's `start_logits` [batch, seq]; with `joint_prediction` the beam's `start_top_log_probs`, `start_top_index` [batch, beam], `end_top_log_probs`, `end_top_index` [batch, beam, beam], else `end_logits`; with `answerable_classifier` `answerable_logit` [batch] (to decode outside TensorFlow, e.g. after the ONNX export) |
 | tagging (chunk, ner, pos) | `text` (chunk: words separated by whitespace; ner, pos: raw text) -> `tags` [batch, words], `tag_ids`, `num_words`, `num_tagged`; ner, pos: + `words`, `word_starts`, `word_ends` (character offsets); ner: + `entity_types`, `entity_starts`, `entity_ends`, `entity_texts`, `num_entities` | + `labeled_positions` -> `tag_ids` [batch, seq] |
 
+The signatures compute in `export_precision` (float32 by default whatever `mixed_precision`
+trained in, or bfloat16 on request; `precision.in_export_precision`), recorded in
+`finetuning_config.json`.
+
 Text is tokenized and packed in-graph by the same code that built the training features
 (classification/regression: `encoding.TextEncoder`; QA: `qa/serving.py`; tagging:
 `tagging/serving.py`), padded to the longest sequence of the batch.
@@ -27,6 +31,7 @@ from typing import Callable, Dict, Mapping, Sequence
 
 import tensorflow as tf
 
+from electra_tf import precision
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.training import run_dir
 from electra_tf.training.export import save_atomically
@@ -102,13 +107,20 @@ class FinetunedModule(tf.Module):
     Args:
         model: FinetuningModel.
         tasks: list of FinetuningTask, in the model's task order.
+        export_precision: what the signatures compute in (`precision.EXPORT_PRECISIONS`):
+            float32 (the default) whatever `model` trained in, or bfloat16.
     """
 
-    def __init__(self, model, tasks: Sequence):
+    def __init__(self, model, tasks: Sequence,
+                 export_precision: str = precision.DEFAULT_EXPORT_PRECISION):
         super().__init__(name="electra_finetuned")
+        self.export_precision = export_precision
+        model = precision.in_export_precision(model, export_precision)
         self.model = model
         self.task_names = [t.name for t in tasks]
-        self.servings = [task.serving(model) for task in tasks]
+        # Layers a signature builds while it is traced take the export's policy too.
+        with precision.keras_policy(precision.EXPORT_POLICIES[export_precision]):
+            self.servings = [task.serving(model) for task in tasks]
         self.signature_functions: Dict[str, Callable] = {}
         for serving in self.servings:
             self.signature_functions.update(serving.signature_functions)
@@ -130,9 +142,13 @@ def export_finetuned(module: FinetunedModule, target: str, config_json: str, voc
     Returns:
         target.
     """
-    texts = {CONFIG_FILE: config_json + "\n"}
+    # The config as the export computes: its export_precision is the module's.
+    texts = {CONFIG_FILE: json.dumps(dict(json.loads(config_json),
+                                          export_precision=module.export_precision),
+                                     indent=2, sort_keys=True) + "\n"}
     if module.labels:
         texts[LABELS_FILE] = json.dumps(module.labels, indent=1, ensure_ascii=False)
-    return save_atomically(module, module.signature_functions, target,
-                           extra_files={run_dir.vocab_copy_name(vocab_path): vocab_path},
-                           extra_texts=texts)
+    with precision.keras_policy(precision.EXPORT_POLICIES[module.export_precision]):
+        return save_atomically(module, module.signature_functions, target,
+                               extra_files={run_dir.vocab_copy_name(vocab_path): vocab_path},
+                               extra_texts=texts)

@@ -315,7 +315,7 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
                                 " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
     if config.do_train and config.do_export and (config.keep_all_models
                                                  or trial == config.num_trials):
-        module = FinetunedModule(model, tasks)
+        module = FinetunedModule(model, tasks, config.export_precision)
         record["export"] = export_finetuned(module, config.trial_model_dir(trial),
                                             config.to_json(), pretrained.vocab.path)
         logger.info("  exported %s", record["export"])

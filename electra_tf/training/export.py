@@ -19,6 +19,10 @@ Both are also TF Hub reusable SavedModels (`hub.ReusableModule`): `model(inputs,
 `model.variables`, `model.trainable_variables`, `model.regularization_losses`, so the loaded
 discriminator can be fine-tuned under a GradientTape.
 
+Both compute in `export_precision` (float32 by default, whatever `mixed_precision` trained in:
+`precision.in_export_precision`; "bfloat16" on request), recorded in `assets.extra/config.json`
+(the run's config.json, with the export's `export_precision`) beside the vocab.
+
 Loading needs only TensorFlow (and `import tensorflow_text` for `serve_text`'s ops). Each export
 is written to a temporary directory and renamed into place, so a crash never leaves a half
 SavedModel; re-exporting the same run replaces the previous export of that run.
@@ -26,6 +30,8 @@ SavedModel; re-exporting the same run replaces the previous export of that run.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import shutil
@@ -33,6 +39,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from electra_tf import precision
 from electra_tf.atomic import atomic_path
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.tokenization import Tokenizer
@@ -186,9 +193,33 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) ->
     """
     export_dir = os.path.join(config.model_dir, run_dir.EXPORT_DIR)
     extra = {run_dir.vocab_copy_name(vocab.path): vocab.path}
-    config_path = os.path.join(config.model_dir, run_dir.CONFIG_NAME)
-    if os.path.exists(config_path):
-        extra[run_dir.CONFIG_NAME] = config_path
+    texts = {run_dir.CONFIG_NAME: _config_copy(config)}
+    # float32 by default whatever the run trained in (a bf16 SavedModel would disagree with the
+    # Hugging Face and ONNX exports of the same weights); the layers an export builds (GDES's
+    # merged embeddings) take the same policy.
+    model = precision.in_export_precision(model, config.export_precision,
+                                          finish=lambda copy: copy.build_from_sequence_length())
+    with precision.keras_policy(precision.EXPORT_POLICIES[config.export_precision]):
+        return _export_networks(model, vocab, config, step, export_dir, extra, texts)
+
+
+def _config_copy(config: PretrainingConfig) -> str:
+    """`assets.extra/config.json`: the run's config.json (else the config in memory) with the
+    `export_precision` this export computes in (an export-only run may ask for another than
+    training did)."""
+    try:
+        with open(os.path.join(config.model_dir, run_dir.CONFIG_NAME), encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):  # none (a model exported by a script), or damaged since
+        saved = config.to_dict()
+    saved["export_precision"] = config.export_precision
+    return json.dumps(saved, indent=2, sort_keys=True) + "\n"
+
+
+def _export_networks(model, vocab: Vocab, config: PretrainingConfig, step: int, export_dir: str,
+                     extra: dict, texts: dict) -> dict:
+    """`export_all`'s SavedModels of `model` (already in the export's precision)."""
+    save = functools.partial(save_atomically, extra_texts=texts)
     paths = {"discriminator": None, "generator": None}
     if model.discriminator_head is not None:
         settings = run_dir.tokenization_settings(config)
@@ -201,12 +232,12 @@ def export_all(model, vocab: Vocab, config: PretrainingConfig, step: int = 0) ->
         module = DiscriminatorModule(model.exported_discriminator(), model.discriminator_head, tokenizer,
                                      config.max_seq_length)
         paths["discriminator"] = hub.save_version(
-            save_atomically, module,
+            save, module,
             {"serving_default": module.serve, "serve_text": module.serve_text},
             os.path.join(export_dir, "discriminator"), step, extra)
     if model.generator_head is not None:
         module = GeneratorModule(model.mlm_encoder, model.generator_head)
         paths["generator"] = hub.save_version(
-            save_atomically, module, {"serving_default": module.serve},
+            save, module, {"serving_default": module.serve},
             os.path.join(export_dir, "generator"), step, extra)
     return paths
