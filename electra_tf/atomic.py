@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Any, Iterator, List
+from typing import Any, Callable, Iterator, List, Mapping
 
 logger = logging.getLogger("electra_tf")
 
@@ -114,6 +114,42 @@ def copy_file(source: str, target: str) -> None:
     """Copies `source` to `target` atomically (the content only, with default permissions)."""
     with atomic_path(target) as tmp:
         shutil.copyfile(source, tmp)
+
+
+def write_files(directory: str, writers: Mapping[str, Callable[[str], None]]) -> None:
+    """Writes several files into `directory` together: all of them, or none if one fails.
+
+    Each writer fills the path it is given, in a hidden staging directory (`.NAME.tmp-XXXXXX`,
+    what `remove_temporaries` clears after a kill). Only once every writer has returned do the
+    files take their names: a missing `directory` is renamed into place whole (atomic); into an
+    existing one each file is renamed (replacing a file of that name; nothing else there is
+    touched). A writer that raises leaves `directory` as it was. The files get the default
+    permissions (`open()`'s under the umask) whatever mode a writer created them with.
+
+    Args:
+        directory: str. The directory to write into (created, with its parents, if missing).
+        writers: {file name: function(path) writing that file at path}.
+    """
+    def fill(staging):
+        for name, write in writers.items():
+            path = os.path.join(staging, name)
+            write(path)
+            os.chmod(path, _default_mode(False))
+            fsync_path(path)
+
+    if not os.path.isdir(directory):
+        with atomic_path(directory, directory=True) as staging:
+            fill(staging)
+        return
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(directory))}"
+                                      f"{_TMP_INFIX}", dir=directory)
+    try:
+        fill(staging)
+        for name in writers:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+        fsync_path(directory)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def fsync_path(path: str) -> None:

@@ -23,22 +23,30 @@ Tokenizer files: `vocab.txt`, `tokenizer_config.json` (ElectraTokenizer, lowerca
 stripping as the training data was built), `special_tokens_map.json` and `tokenizer.json` (the
 fast tokenizer, `hf_tokenizer`), so `transformers.AutoTokenizer.from_pretrained(OUTPUT_DIR)`
 works offline. `README.md` is the model card (`model_card`).
+
+The files are written together (`atomic.write_files`): all of them, or, when anything fails (a
+vocabulary tokenizers cannot express, a full disk), none, so a rerun never meets half an
+export; all get the same permissions (the umask's).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
+import shutil
 from typing import Dict, Mapping, Optional
 
 import numpy as np
 
 from electra_tf import atomic
 from electra_tf.convert import names
-from electra_tf.convert.hf_tokenizer import TOKENIZER_JSON_NAME, write_tokenizer_json
+from electra_tf.convert.hf_tokenizer import TOKENIZER_JSON_NAME, build_tokenizer
 from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
+from electra_tf.errors import error_line
 from electra_tf.model_config import ModelConfig
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.training import run_dir
@@ -199,6 +207,11 @@ def spm_tokenizer_files(vocab, model_max_length: int) -> Dict[str, dict]:
     return {TOKENIZER_CONFIG_NAME: config, SPECIAL_TOKENS_MAP_NAME: special}
 
 
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
 def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
               checkpoint: Optional[str] = None, overwrite: bool = False) -> str:
     """Writes one network of a model directory as a transformers model directory.
@@ -213,6 +226,7 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
     Returns:
         output_dir.
     """
+    from safetensors import SafetensorError
     from safetensors.numpy import save_file
 
     if part not in PARTS:
@@ -227,25 +241,35 @@ def export_hf(model_dir: str, output_dir: str, part: str = "discriminator",
     else:
         model_config = ModelConfig(**(model.generator_config or model.discriminator_config))
     config = hf_config(model_config, part, loaded.vocab.special.pad_id)
-    os.makedirs(output_dir, exist_ok=True)
-    with atomic.atomic_path(os.path.join(output_dir, WEIGHTS_NAME)) as tmp:
-        save_file(state, tmp, metadata=SAFETENSORS_METADATA)
-    atomic.write_json(os.path.join(output_dir, CONFIG_NAME), config, sort_keys=True)
     settings = run_dir.tokenization_settings(loaded.config, model_dir)
     if loaded.vocab.kind == SENTENCEPIECE:
         files = spm_tokenizer_files(loaded.vocab, model_config.max_position_embeddings)
     else:
         files = tokenizer_files(settings.do_lower_case, settings.strip_accents,
                                 model_config.max_position_embeddings)
-    for name, value in files.items():
-        atomic.write_json(os.path.join(output_dir, name), value, sort_keys=True)
-    atomic.copy_file(loaded.vocab.path, os.path.join(
-        output_dir, SPM_MODEL_NAME if loaded.vocab.kind == SENTENCEPIECE else VOCAB_NAME))
-    write_tokenizer_json(os.path.join(output_dir, TOKENIZER_JSON_NAME), loaded.vocab,
-                         settings.do_lower_case, settings.strip_accents)
-    atomic.write_text(os.path.join(output_dir, README_NAME), model_card(
-        part, HF_ARCHITECTURES[part], config, loaded, model_dir,
-        sum(int(v.size) for v in state.values()), settings.do_lower_case))
+    try:  # before anything is written: a vocabulary it cannot express leaves no partial export
+        tokenizer_json = build_tokenizer(loaded.vocab, settings.do_lower_case,
+                                         settings.strip_accents).to_str(pretty=True)
+    except ValueError as e:  # a SentencePiece model of a kind tokenizers cannot express
+        raise ConversionError(f"{e}; nothing was written to {output_dir}") from None
+    texts = {name: json.dumps(value, indent=2, sort_keys=True) + "\n"
+             for name, value in files.items()}
+    texts[CONFIG_NAME] = json.dumps(config, indent=2, sort_keys=True) + "\n"
+    texts[TOKENIZER_JSON_NAME] = tokenizer_json
+    texts[README_NAME] = model_card(part, HF_ARCHITECTURES[part], config, loaded, model_dir,
+                                    sum(int(v.size) for v in state.values()),
+                                    settings.do_lower_case)
+    writers = {WEIGHTS_NAME: lambda path: save_file(state, path, metadata=SAFETENSORS_METADATA),
+               SPM_MODEL_NAME if loaded.vocab.kind == SENTENCEPIECE else VOCAB_NAME:
+                   lambda path: shutil.copyfile(loaded.vocab.path, path)}
+    writers.update({name: functools.partial(_write_text, text=text)
+                    for name, text in texts.items()})
+    # All the files or none (a failure, a full disk): a rerun never meets half an export.
+    try:
+        atomic.write_files(output_dir, writers)
+    except SafetensorError as e:  # safetensors' own I/O errors (a full disk) are not OSErrors
+        raise ConversionError(f"cannot write {os.path.join(output_dir, WEIGHTS_NAME)} "
+                              f"({error_line(e)}); nothing was written") from None
     logger.info("wrote the %s (%s, %d tensors, step %d) to %s", part, HF_ARCHITECTURES[part],
                 len(state), loaded.step, output_dir)
     return output_dir

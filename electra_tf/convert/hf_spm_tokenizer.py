@@ -12,13 +12,17 @@ runtime's), and rebuilt with the `tokenizers` library the way SentencePiece enco
 - pre-tokeniser: `Metaspace` (spaces become "\u2581", one is prepended when the model has
   `add_dummy_prefix`), splitting before each "\u2581" (SentencePiece's pieces never hold one
   inside, with the default `split_by_whitespace`);
-- model: Unigram with the model's scores, its unknown id and byte fallback;
+- model: Unigram with the model's scores, its unknown id and byte fallback; for a BPE model
+  (`spm_train --model_type bpe`), BPE whose merges are every split of each normal piece into two
+  pieces, ranked by the merged piece's score (SentencePiece merges the adjacent pair whose
+  concatenation scores highest), runs of unknown
+  characters fused into one unknown piece as SentencePiece does, and its byte fallback;
 - `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` around the ids, as for WordPiece.
 
 Control pieces ([CLS], [SEP], [MASK], and [PAD]) are special "added tokens", as transformers'
 own SentencePiece conversions make them: the literal text "[MASK]" becomes the [MASK] id there,
 where the in-graph tokenizer never produces a control piece from text (the same documented
-difference as the WordPiece export's). BPE, word and char models are not supported (one-line
+difference as the WordPiece export's). Word and char models are not supported (one-line
 error).
 """
 
@@ -29,8 +33,10 @@ from typing import Dict, List, NamedTuple, Tuple
 from electra_tf.sentencepiece_vocab import WORD_START_MARKER, piece_kinds
 from electra_tf.vocab import Vocab
 
-UNIGRAM = 1  # TrainerSpec.ModelType
+UNIGRAM, BPE = 1, 2  # TrainerSpec.ModelType
 _MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+NORMAL = 1  # SentencePiece.Type: the pieces a model segments text into (not control, unknown,
+            # user-defined, unused or byte)
 
 
 class SpmSettings(NamedTuple):
@@ -43,6 +49,7 @@ class SpmSettings(NamedTuple):
     remove_extra_whitespaces: bool
     escape_whitespaces: bool
     scores: List[float]
+    types: List[int]  # SentencePiece.Type of each piece (NORMAL...)
 
 
 def _fields(data: bytes) -> List[Tuple[int, int, object]]:
@@ -85,14 +92,17 @@ def spm_settings(model: bytes) -> SpmSettings:
     # ModelProto: 1 pieces, 2 trainer_spec, 3 normalizer_spec. Defaults as in the .proto.
     model_type, byte_fallback = UNIGRAM, False
     charsmap, dummy, extra, escape = b"", True, True, True
-    scores = []
+    scores, types = [], []
     for number, _, value in _fields(model):
         if number == 1:  # SentencePiece: 1 piece, 2 score (float), 3 type
-            score = 0.0
+            score, kind = 0.0, NORMAL
             for n, wire, v in _fields(value):
                 if n == 2 and wire == 5:
                     score = struct.unpack("<f", v)[0]
+                elif n == 3 and wire == 0:
+                    kind = v
             scores.append(score)
+            types.append(kind)
         elif number == 2:  # TrainerSpec: 3 model_type, 35 byte_fallback
             for n, _, v in _fields(value):
                 if n == 3:
@@ -109,33 +119,57 @@ def spm_settings(model: bytes) -> SpmSettings:
                     extra = bool(v)
                 elif n == 5:
                     escape = bool(v)
-    return SpmSettings(model_type, byte_fallback, charsmap, dummy, extra, escape, scores)
+    return SpmSettings(model_type, byte_fallback, charsmap, dummy, extra, escape, scores, types)
+
+
+def bpe_merges(settings: SpmSettings, tokens) -> List[Tuple[str, str]]:
+    """The merges of a SentencePiece BPE model for `tokenizers`' BPE: each split of a normal
+    piece into two pieces of the vocabulary, ranked as SentencePiece merges (the highest-scoring
+    merged piece first; then by its id and the parts' ids)."""
+    ids = {token: i for i, token in enumerate(tokens)}
+    merges = []
+    for merged, piece in enumerate(tokens):
+        if settings.types[merged] != NORMAL:
+            continue
+        for k in range(1, len(piece)):
+            left, right = piece[:k], piece[k:]
+            if left in ids and right in ids:
+                merges.append(((-settings.scores[merged], merged, ids[left], ids[right]),
+                               left, right))
+    merges.sort()
+    return [(left, right) for _, left, right in merges]
 
 
 def build_spm_tokenizer(vocab: Vocab):
     """A `tokenizers.Tokenizer` equal in ids to electra-tf's SentencePiece tokenizer of `vocab`.
 
     Raises:
-        ValueError: the model is not a Unigram model, or does not escape whitespace.
+        ValueError: the model is neither a Unigram nor a BPE model, or does not escape whitespace.
     """
     from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
                             pre_tokenizers, processors)
 
     settings = spm_settings(vocab.model)
-    if settings.model_type != UNIGRAM:
+    if settings.model_type not in (UNIGRAM, BPE):
         raise ValueError(f"SentencePiece model {vocab.path} is a "
                          f"{_MODEL_TYPES.get(settings.model_type, settings.model_type)} model; "
                          "the Hugging Face export supports unigram models (--learn-spm's, "
-                         "spm_train's default)")
+                         "spm_train's default) and bpe models")
     if not settings.escape_whitespaces:
         raise ValueError(f"SentencePiece model {vocab.path} does not mark spaces with "
                          f"{WORD_START_MARKER!r} (escape_whitespaces false): not supported by "
                          "the Hugging Face export")
     control, unknown, _ = piece_kinds(vocab)
     special = vocab.special
-    tokenizer = Tokenizer(models.Unigram(
-        [(piece, score) for piece, score in zip(vocab.tokens, settings.scores)],
-        unk_id=special.unk_id, byte_fallback=settings.byte_fallback))
+    if settings.model_type == BPE:
+        tokenizer = Tokenizer(models.BPE(
+            {piece: i for i, piece in enumerate(vocab.tokens)},
+            bpe_merges(settings, vocab.tokens), unk_token=vocab.tokens[special.unk_id],
+            fuse_unk=True, byte_fallback=settings.byte_fallback))
+    else:
+        tokenizer = Tokenizer(models.Unigram(
+            [(piece, score) for piece, score in zip(vocab.tokens, settings.scores)],
+            unk_id=special.unk_id, byte_fallback=settings.byte_fallback))
     steps = []
     if settings.charsmap:
         steps.append(normalizers.Precompiled(settings.charsmap))

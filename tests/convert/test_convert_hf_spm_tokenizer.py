@@ -71,9 +71,69 @@ def test_byte_fallback_and_conventional_names(corpus, tmp_path):
     assert fast.cls_token == "<s>" and fast.mask_token_id == vocab.special.mask_id
 
 
-def test_bpe_model_is_a_one_line_error(corpus, tmp_path):
-    path = train_model(str(tmp_path / "bpe.model"), corpus, model_type="bpe", pad_id=0, unk_id=1,
+def _bpe(corpus, path, vocab_size=150, **options):
+    return load_vocab(train_model(path, corpus, vocab_size=vocab_size, model_type="bpe",
+                                  pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+                                  control_symbols="[CLS],[SEP],[MASK]", **options))
+
+
+@pytest.mark.parametrize("options", [{}, {"vocab_size": 400, "byte_fallback": True,
+                                          "character_coverage": 0.98},
+                                     {"vocab_size": 300, "normalization_rule_name": "nmt_nfkc_cf"}],
+                         ids=["bpe", "byte_fallback", "case_folded"])
+def test_bpe_model_ids_equal_in_transformers(corpus, tmp_path, options):
+    # Was a ValueError (issue 47); 9000 random strings also agree with sentencepiece's encoder.
+    vocab = _bpe(corpus, str(tmp_path / "bpe.model"), **options)
+    assert spm_settings(vocab.model).model_type == 2
+    _check_parity(vocab, _fast(vocab, str(tmp_path)))
+
+
+def test_char_model_is_a_one_line_error(corpus, tmp_path):
+    path = train_model(str(tmp_path / "char.model"), corpus, model_type="char", pad_id=0, unk_id=1,
                        bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP],[MASK]")
-    with pytest.raises(ValueError, match="bpe.model is a bpe model; the Hugging Face export "
-                                         "supports unigram"):
+    with pytest.raises(ValueError, match="char.model is a char model; the Hugging Face export "
+                                         "supports unigram models .* and bpe models"):
         build_spm_tokenizer(load_vocab(path))
+
+
+def _spm_run(root, vocab):
+    """A run directory trained with the SentencePiece model `vocab` (random weights)."""
+    from electra_tf.training import run_dir
+    from tests import convert_fixtures as cf
+
+    model_dir = cf.make_model_dir(root, cf.tiny_hparams(vocab.size), vocab.path)[0]
+    os.replace(os.path.join(model_dir, "vocab.txt"), os.path.join(model_dir, run_dir.SPM_MODEL_NAME))
+    return model_dir
+
+
+def test_to_hf_of_a_bpe_run_writes_a_tokenizer_giving_its_ids(corpus, tmp_path):
+    # Was a ValueError traceback after config.json, model.safetensors and the tokenizer configs
+    # were written (no tokenizer.json), and the rerun refused for the files already there.
+    from electra_tf.convert.__main__ import main as convert_main
+
+    vocab = _bpe(corpus, str(tmp_path / "bpe.model"))
+    model_dir = _spm_run(str(tmp_path), vocab)
+    out = str(tmp_path / "hf")
+    assert convert_main(["--quiet", "to-hf", "--model-dir", model_dir, "--output-dir", out]) == 0
+    assert "tokenizer.json" in os.listdir(out) and "spm.model" in os.listdir(out)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    ours = Tokenizer(vocab)
+    special = vocab.special
+    for text in TEXTS:
+        assert tokenizer(text)["input_ids"] == [special.cls_id] + ours.encode(text) + [special.sep_id]
+
+
+def test_to_hf_of_a_model_it_cannot_express_is_one_line_and_writes_nothing(corpus, tmp_path, capsys):
+    from electra_tf.convert.__main__ import main as convert_main
+    from tests import fault_fixtures as faults
+
+    path = train_model(str(tmp_path / "char.model"), corpus, model_type="char", pad_id=0,
+                       unk_id=1, bos_id=-1, eos_id=-1, control_symbols="[CLS],[SEP],[MASK]")
+    model_dir = _spm_run(str(tmp_path), load_vocab(path))
+    out = str(tmp_path / "hf")
+    for _ in range(2):  # the same one line again: nothing written blocks the rerun
+        code = convert_main(["--quiet", "to-hf", "--model-dir", model_dir, "--output-dir", out])
+        line = faults.one_error_line(code, capsys.readouterr().err,
+                                     "python -m electra_tf.convert to-hf")
+        assert "is a char model" in line and f"nothing was written to {out}" in line, line
+        assert not os.path.exists(out)

@@ -54,3 +54,32 @@ def test_to_google_on_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(
                              "--output-dir", out]) == 0
         assert sorted(os.listdir(out)) == ["checkpoint", "model.ckpt-1000.data-00000-of-00001",
                                            "model.ckpt-1000.index", "vocab.txt"]
+
+
+def test_to_hf_on_a_full_disk_is_one_line_and_leaves_no_partial_export(model_dir, tmp_path, capsys):
+    # The files are written together (issue 47): a failure among them leaves none, so the rerun
+    # is not refused for "already holds" files of a half export.
+    with faults.small_filesystem(str(tmp_path / "disk"), size="4m") as disk:
+        out = os.path.join(disk, "out")
+        filler = faults.fill(disk, 512 << 10)  # room for the small files, not the weights (~2 MB)
+        line = _convert(capsys, "to-hf", model_dir, out)
+        assert "No space left on device" in line, line
+        assert sorted(os.listdir(disk)) == ["filler"]  # no out/, no staging directory
+        os.makedirs(out)  # into an existing directory: the same
+        line = _convert(capsys, "to-hf", model_dir, out)
+        assert "No space left on device" in line and os.listdir(out) == [], line
+        os.remove(filler)
+        assert convert_main(["--quiet", "to-hf", "--model-dir", model_dir, "--output-dir", out]) == 0
+        assert "model.safetensors" in os.listdir(out)
+
+
+def test_to_hf_files_all_get_the_umask_permissions(model_dir, tmp_path):
+    # model.safetensors was 0600 (safetensors creates its file itself), the others 0644.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    out = str(tmp_path / "hf")
+    assert convert_main(["--quiet", "to-hf", "--model-dir", model_dir, "--output-dir", out]) == 0
+    modes = {name: oct(os.stat(os.path.join(out, name)).st_mode & 0o777) for name in os.listdir(out)}
+    assert "model.safetensors" in modes
+    assert set(modes.values()) == {oct(0o666 & ~umask)}, modes
+    assert oct(os.stat(out).st_mode & 0o777) == oct(0o777 & ~umask)
