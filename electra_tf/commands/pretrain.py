@@ -128,7 +128,16 @@ def main(argv=None, prog: str = PROG) -> int:
     else:
         # Before anything imports keras: Keras reads its backend once, at import.
         os.environ["KERAS_BACKEND"] = backend
-    return run_pretraining_cli(args, prog)
+    code = run_pretraining_cli(args, prog)
+    if backend == "jax":
+        from electra_tf.training import hosts
+
+        if hosts.lost():  # JAX's exit would wait ~100 s for the lost host, then abort
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    return code
 
 
 def selected_backend(args: argparse.Namespace) -> str:

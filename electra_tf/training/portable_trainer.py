@@ -406,7 +406,8 @@ def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
         {"train": last chunk's scalars, "eval": eval results, "final": {"global_step",
          "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
-    with preemption.SigtermWatch(), PortableTrainer(config, overwrite=overwrite) as trainer:
+    with preemption.SigtermWatch(), hosts.stop_if_lost(config), \
+            PortableTrainer(config, overwrite=overwrite) as trainer:
         results = {}
         with trainer.stop:
             if config.do_train:
