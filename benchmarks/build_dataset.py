@@ -8,7 +8,9 @@ Sections (each can be chosen with --sections):
   subprocess: wall time, tokens/s, and peak RSS (the largest process, and the sum over the build's
   processes, sampled from /proc every 0.2 s). The fixed start-up (TensorFlow, tokenizer, worker
   spawn) is measured by building a tiny corpus the same way; "amortised tokens/s" is
-  tokens / (wall - start-up). Builds with 1 and 2 processes are checked byte-identical.
+  tokens / (wall - start-up). Builds with 1 and 2 processes are checked byte-identical. With
+  --tokenizers tensorflow,tokenizers each build is also run with the TensorFlow-free tokenizer
+  (issue 48: no TensorFlow is loaded by such a build), checked byte-identical to the other.
 * `mixing`: on the 1x corpus and at the largest scale, the training pipeline's batches (2,000 batches of 32, the
   trainer's seed 0) against random draws (`electra_tf.data.mixing`): source = which default-corpus
   source (austen, foldoc, lee, wiki) the example's file is a copy of; position = the example's
@@ -194,31 +196,39 @@ def bench_scaling(args, workdir, base_dir):
     rows = []
     tiny = make_tiny_corpus(base_dir, os.path.join(workdir, "tiny"))
     startup = {}
-    for n in args.processes:
+    runs = [(n, tokenizer) for n in args.processes for tokenizer in args.tokenizers]
+    for n, tokenizer in runs:
         out = os.path.join(workdir, f"tiny_out_{n}")
-        startup[n] = run_build({"corpus_dir": tiny, "vocab_file": args.vocab_file,
-                                "output_dir": out, "num_processes": n,
-                                "progress_interval": 1e9})["seconds"]
+        startup[n, tokenizer] = run_build({"corpus_dir": tiny, "vocab_file": args.vocab_file,
+                                           "output_dir": out, "num_processes": n,
+                                           "tokenizer": tokenizer,
+                                           "progress_interval": 1e9})["seconds"]
         shutil.rmtree(out)
-        print(f"start-up with {n} process(es): {startup[n]:.1f} s", flush=True)
+        print(f"start-up with {n} process(es), tokenizer {tokenizer}: "
+              f"{startup[n, tokenizer]:.1f} s", flush=True)
     for scale in args.scales:
         corpus = make_scaled_corpus(base_dir, os.path.join(workdir, f"corpus_{scale}x"), scale)
         digests = {}
-        for n in args.processes:
+        for n, tokenizer in runs:
             out = os.path.join(workdir, f"out_{scale}x_{n}")
+            if os.path.isdir(out):
+                shutil.rmtree(out)
             result = run_build({"corpus_dir": corpus, "vocab_file": args.vocab_file,
-                                "output_dir": out, "num_processes": n, "progress_interval": 1e9})
+                                "output_dir": out, "num_processes": n, "tokenizer": tokenizer,
+                                "progress_interval": 1e9})
             m = result["manifest"]
-            digests[n] = shard_digest(out, m)
-            row = dict({"scale": scale, "processes": n},
-                       **build_row(result, startup[n], children_key="worker_maxrss_mb"),
+            digests[n, tokenizer] = shard_digest(out, m)
+            row = dict({"scale": scale, "processes": n, "tokenizer": tokenizer},
+                       **build_row(result, startup[n, tokenizer],
+                                   children_key="worker_maxrss_mb"),
                        shuffle_buckets=m["shuffle"]["buckets"], phase_seconds=m["phase_seconds"])
             rows.append(row)
             print(json.dumps(row), flush=True)
-            if scale != max(args.scales):
+            if scale != max(args.scales) or tokenizer != args.tokenizers[-1]:
                 shutil.rmtree(out)
         if len(set(digests.values())) != 1:
-            raise RuntimeError(f"{scale}x: builds with {sorted(digests)} processes differ")
+            raise RuntimeError(f"{scale}x: builds with {sorted(digests)} (processes, tokenizer) "
+                               "differ")
         for row in rows:
             if row["scale"] == scale:
                 row["shards_identical_across_processes"] = True
@@ -420,6 +430,9 @@ def main():
     p.add_argument("--vocab-file", default="pretrain_data/vocab.txt")
     p.add_argument("--scales", default="1,8,32,100", help="corpus sizes, in copies of the 1x")
     p.add_argument("--processes", default="1,2", help="comma-separated process counts")
+    p.add_argument("--tokenizers", default="tensorflow", help="the scaling section's "
+                   "builds with each: comma-separated tensorflow, tokenizers (the builder's "
+                   "--tokenizer)")
     p.add_argument("--sections", default="scaling,mixing,pipeline,hf")
     p.add_argument("--mixing-shards", default="1",
                    help="extra shard counts to build the largest corpus with for the mixing "
@@ -433,6 +446,7 @@ def main():
     args = p.parse_args()
     args.scales = [int(s) for s in args.scales.split(",")]
     args.processes = [int(n) for n in args.processes.split(",")]
+    args.tokenizers = args.tokenizers.split(",")
     sections = set(args.sections.split(","))
     result = {"command": " ".join([os.path.basename(sys.executable)] + sys.argv),
               "environment": environment(), "scales": args.scales}

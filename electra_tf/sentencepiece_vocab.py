@@ -16,7 +16,8 @@ A model lacking one of them, or whose pad piece is not id 0, is a one-line `Voca
 what is missing and how to train a model that has them (`--learn-spm` does).
 
 Only `sentencepiece` (the Python package) reads the file here; tokenisation itself is
-tensorflow-text's in-graph op (`electra_tf.data.spm_tokenization`).
+tensorflow-text's in-graph op (`electra_tf.data.spm_tokenization`), or, in a dataset build
+without TensorFlow, the `sentencepiece` package's processor (`data.portable_tokenization`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ instead).
 The examples are shuffled globally (a seeded external sort in bounded memory), so training
 batches mix like a random draw whatever the number of shards.
 
+Without TensorFlow (a JAX or PyTorch machine) the local build runs as well: --tokenizer auto
+(the default) then tokenizes with Hugging Face tokenizers, giving the same shards
+(--tokenizer; --learn-vocab and --runner still need TensorFlow).
+
 With no flags: reads pretrain_data/corpus with pretrain_data/vocab.txt (fetching both first if
 absent) and writes pretrain_data/pretrain_tfrecords/: pretrain_data.tfrecord-*-of-*, the held-out
 eval_data.tfrecord-*-of-*, inputs.jsonl (per input file) and manifest.json (settings, counts,
@@ -42,6 +46,7 @@ from electra_tf.data import build_plan as bp
 from electra_tf.data import builder as b
 from electra_tf.data.beam_build import LOCAL_RUNNER
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
+from electra_tf.data.tokenizer_choice import AUTO, CHOICES as TOKENIZER_CHOICES
 from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
 PROG = "electra-build-dataset"
@@ -101,8 +106,8 @@ def _add_example_flags(arg) -> None:
     arg("--max-seq-length", type=int, default=bc.DEFAULT_MAX_SEQ_LENGTH, help="example length "
         f"incl. [CLS]/[SEP], at least {bc.MIN_MAX_SEQ_LENGTH} (default: %(default)s)")
     arg("--num-processes", type=int, default=1, help="worker processes, each taking whole files "
-        "(then writing shards); each pays a few seconds of TensorFlow start-up; the output does "
-        "not depend on it (default: %(default)s)")
+        "(then writing shards); with TensorFlow's tokenizer each pays a few seconds of its "
+        "start-up; the output does not depend on it (default: %(default)s)")
     arg("--blanks-separate-docs", action=argparse.BooleanOptionalAction, default=True,
         help="a blank line ends a document; with --no-blanks-separate-docs blank lines are skipped "
         "and each file is one document (default: on)")
@@ -114,6 +119,14 @@ def _add_example_flags(arg) -> None:
     arg("--strip-accents", "--do-strip-accents", dest="strip_accents", action="store_true",
         default=True, help="strip accents when lowercasing (default)")
     arg("--no-strip-accents", dest="strip_accents", action="store_false", help="keep accents")
+    arg("--tokenizer", choices=TOKENIZER_CHOICES, default=AUTO, help="tensorflow: "
+        "tensorflow-text in a TensorFlow graph (what fine-tuning and the exported serve_text "
+        "run); tokenizers: without TensorFlow, BERT's BasicTokenizer in Python and WordPiece by "
+        "Hugging Face tokenizers (a SentencePiece model by the sentencepiece package), the same "
+        "ids and so byte-identical shards, except where a Greek capital sigma's final-sigma "
+        "context holds a letter newer than TensorFlow's ICU (there it is BERT's); auto: "
+        "tensorflow where TensorFlow imports, else tokenizers. manifest.json records which one "
+        "built the data; one build never mixes them (default: %(default)s)")
 
 
 def _add_output_flags(arg) -> None:
@@ -166,9 +179,15 @@ def main(argv=None, prog: str = PROG):
     quiet, verbose = args.quiet, args.verbose
     del args.quiet, args.verbose  # not build settings
     console.setup(quiet, verbose)  # `HH:MM:SS message` lines, as every tool
-    console.import_tensorflow()  # its C++ start-up lines hidden (unless --verbose)
     settings = vars(args)
     runner = settings.pop("runner")
+    if runner != LOCAL_RUNNER or args.tokenizer != "tokenizers":
+        # Its C++ start-up lines hidden (unless --verbose); where it is not installed, the
+        # Beam build fails naming it and --tokenizer auto uses tokenizers (`tokenizer_choice`).
+        try:
+            console.import_tensorflow()
+        except ImportError:
+            pass
     config = bc.BuildConfig(command=b.format_command([sys.argv[0]] + list(argv)), **settings)
 
     def work():

@@ -183,7 +183,8 @@ def _pack_spec(config, vocab: Vocab, plan: BeamPlan):
                                         config.jsonl_text_field),
                     pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,
                                       vocab.special.unk_id),
-                    strict_input=config.bad_input == "error", num_shards=plan.num_shards)
+                    strict_input=config.bad_input == "error", num_shards=plan.num_shards,
+                    tokenizer=config.tokenizer)
 
 
 def _run(beam, options, files: List[CorpusFile], spec, work_dir: str):

@@ -88,6 +88,7 @@ class PackSpec:
     pack: PackSettings
     strict_input: bool
     num_shards: Dict[str, int]  # per split
+    tokenizer: str = "tensorflow"  # resolved (`tokenizer_choice`)
 
 
 class _Counters:
@@ -113,7 +114,8 @@ class PackFile(beam.DoFn):
     def setup(self):
         spec = self.spec
         self.packer = FilePacker(spec.vocab, spec.do_lower_case, spec.strip_accents, spec.input,
-                                 spec.pack, spec.strict_input, opener=open_raw)
+                                 spec.pack, spec.strict_input, opener=open_raw,
+                                 tokenizer=spec.tokenizer)
         self.packer.tokenizer  # noqa: B018 -- built here: once per DoFn instance, not per file
         self.report = _Counters()
 

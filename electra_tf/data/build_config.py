@@ -16,6 +16,7 @@ from typing import Optional
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
 from electra_tf.data.spm_learning import SPECIAL_PIECES as SPM_SPECIAL_PIECES
+from electra_tf.data.tokenizer_choice import AUTO, resolve_tokenizer
 from electra_tf.errors import is_utf8_path, shown_path
 
 DEFAULT_DATA_DIR = "pretrain_data"  # official DATA_DIR layout: vocab.txt, pretrain_tfrecords/
@@ -68,6 +69,8 @@ class BuildConfig:
         jsonl_text_field: `jsonl` input: the key of a document's text.
         bad_input: "skip" (count and list input problems) or "error" (stop at the first).
         shuffle_memory_mb: memory per process for sorting one shuffle bucket.
+        tokenizer: "auto", "tensorflow" or "tokenizers" (`tokenizer_choice`); resolved, the
+            one the build runs ("tensorflow" or "tokenizers").
         command: the command line, recorded in the manifest.
         progress_interval: seconds between progress lines.
     """
@@ -91,6 +94,7 @@ class BuildConfig:
     jsonl_text_field: str = DEFAULT_JSONL_TEXT_FIELD
     bad_input: str = "skip"
     shuffle_memory_mb: int = DEFAULT_SHUFFLE_MEMORY_MB
+    tokenizer: str = AUTO
     command: Optional[str] = None
     progress_interval: float = PROGRESS_INTERVAL_SECONDS
 
@@ -152,7 +156,7 @@ def resolve_config(config: BuildConfig) -> BuildConfig:
         raise BuildError(f"--output-dir {shown_path(config.output_dir)}: TensorFlow writes and "
                          "reads only file names that are valid UTF-8; choose another directory")
     return dataclasses.replace(config, corpus_dir=corpus_dir, vocab_file=vocab_file,
-                               spm_model=spm_model)
+                               spm_model=spm_model, tokenizer=resolve_tokenizer(config.tokenizer))
 
 
 def _data_dir(output_dir: str) -> str:

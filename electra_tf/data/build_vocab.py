@@ -17,7 +17,7 @@ from electra_tf.data.build_config import BuildConfig
 from electra_tf.data.build_worker import BuildError
 from electra_tf.data.corpus import CorpusFile
 from electra_tf.data.formats import is_compressed, is_plain_text
-from electra_tf.errors import shown_path
+from electra_tf.errors import error_line, shown_path
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.vocab import load_vocab
 
@@ -46,9 +46,15 @@ def _prepare_learned_file(config: BuildConfig, files: Sequence[CorpusFile], flag
 def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
     engines: the Beam build learns it on the launcher, before the pipeline)."""
+    try:
+        from electra_tf.data.vocab_learning import learn_vocab
+    except ImportError as e:
+        raise BuildError(f"--learn-vocab learns with tensorflow-text's WordPiece learner, which "
+                         f"cannot be imported here ({error_line(e)}): learn the vocab where "
+                         "TensorFlow is installed and pass it with --vocab-file, or train a "
+                         "SentencePiece model with --learn-spm") from None
     _prepare_learned_file(config, files, "--learn-vocab", config.vocab_file, "vocab file",
                           "learn the vocab from such a corpus and pass it with --vocab-file")
-    from electra_tf.data.vocab_learning import learn_vocab
 
     logger.info("learning a WordPiece vocab of %d tokens from %d files into %s",
                 config.learn_vocab, len(files), config.vocab_file)

@@ -41,6 +41,7 @@ class WorkerSpec:
     vocab_sha256: str
     do_lower_case: bool
     strip_accents: bool
+    tokenizer: str  # resolved: "tensorflow" or "tokenizers" (`tokenizer_choice`)
     input: InputSettings
     pack: PackSettings
     strict_input: bool  # --bad-input error: any input problem fails the build
@@ -69,13 +70,16 @@ class FilePacker:
         pack: PackSettings.
         strict_input: --bad-input error: any input problem raises BuildError.
         opener: how corpus files are opened (`formats.Opener`; None: the builtin open).
+        tokenizer: the tokenizer to run, resolved (`tokenizer_choice`: "tensorflow" or
+            "tokenizers"); a worker that cannot run it fails (never runs the other).
     """
 
     def __init__(self, vocab: Vocab, do_lower_case: bool, strip_accents: bool,
                  input_settings: InputSettings, pack: PackSettings, strict_input: bool,
-                 opener: Opener = None):
+                 opener: Opener = None, tokenizer: str = "tensorflow"):
         self.vocab = vocab
         self.do_lower_case, self.strip_accents = do_lower_case, strip_accents
+        self.tokenizer_name = tokenizer
         self.input, self.pack, self.strict_input = input_settings, pack, strict_input
         self.opener = opener
         self.serializer = ExampleSerializer(pack.max_seq_length, vocab.special.cls_id,
@@ -85,11 +89,11 @@ class FilePacker:
 
     @property
     def tokenizer(self):
-        if self._tokenizer is None:  # imports TensorFlow: only workers that pack need it
-            from electra_tf.data.tokenization import Tokenizer
+        if self._tokenizer is None:  # TensorFlow's imports it: only workers that pack need it
+            from electra_tf.data.tokenizer_choice import make_tokenizer
 
-            self._tokenizer = Tokenizer(self.vocab, do_lower_case=self.do_lower_case,
-                                        strip_accents=self.strip_accents)
+            self._tokenizer = make_tokenizer(self.vocab, self.do_lower_case, self.strip_accents,
+                                             self.tokenizer_name)
         return self._tokenizer
 
     def survey(self, corpus_file: CorpusFile, report) -> FileSurvey:
@@ -220,13 +224,17 @@ class BuildWorker:
     def __init__(self, spec: WorkerSpec, worker_id: int):
         self.spec = spec
         self.worker_id = worker_id
+        if spec.tokenizer == "tensorflow":
+            from electra_tf import console
+
+            console.import_tensorflow_in_child()  # a quiet tool's workers are quiet too
         vocab = load_vocab(spec.vocab_file)
         if vocab.sha256 != spec.vocab_sha256:
             raise BuildError(
                 f"vocab file {spec.vocab_file} changed while the dataset was being built")
         self.vocab = vocab
         self.packer = FilePacker(vocab, spec.do_lower_case, spec.strip_accents, spec.input,
-                                 spec.pack, spec.strict_input)
+                                 spec.pack, spec.strict_input, tokenizer=spec.tokenizer)
 
     # -------------------------------------------------------------------------------------------
     def survey(self, task: Tuple[int, List[CorpusFile]], report) -> List[Tuple[str, FileSurvey]]:
@@ -298,13 +306,11 @@ class BuildWorker:
         writers = range(spec.num_writers)
         files = [[p for p in (bucket_path(spec.shuffle_dir, split, b, w) for w in writers)
                   if os.path.exists(p)] for b in buckets]
-        import tensorflow as tf  # the shard writer's: gather_unit imports it anyway
-
         try:
             return gather_unit(files, shards, spec.layouts[split].num_shards,
                                spec.shard_paths[split], spec.memory_bytes, spec.shuffle_dir,
                                report=lambda n: report(written=n))
-        except (OSError, tf.errors.OpError) as e:  # a full disk: ResourceExhaustedError
+        except OSError as e:  # a full disk
             raise write_error(e, f"the {split} shards",
                               os.path.dirname(spec.shuffle_dir)) from None
 

@@ -4,7 +4,8 @@ The steps, each in its own module:
 1. read (`formats`, `corpus`): plain text, gzip/bzip2/xz streams, OpenWebText archives or JSON
    Lines become document lines; bad input is a counted skip (or, with `bad_input="error"`, an
    error) naming the file and line or member;
-2. pack (`packing`, `example_builder`): per file, tokenised in batches (`tokenization`) and
+2. pack (`packing`, `example_builder`): per file, tokenised in batches (`tokenization`, or
+   without TensorFlow `portable_tokenization`: the same ids; `tokenizer_choice`) and
    packed by the official state machine, seeded per file, so examples depend only on (file,
    seed, settings);
 3. shuffle (`shuffle`): each example's seeded key places it in one global random order; a
@@ -242,6 +243,7 @@ def _worker_spec(config: BuildConfig, vocab, plan: Plan) -> WorkerSpec:
     return WorkerSpec(
         vocab_file=config.vocab_file, vocab_sha256=vocab.sha256,
         do_lower_case=config.do_lower_case, strip_accents=config.strip_accents,
+        tokenizer=config.tokenizer,
         input=InputSettings(config.input_format, config.blanks_separate_docs,
                             config.jsonl_text_field),
         pack=PackSettings(config.max_seq_length, config.seed, config.eval_fraction,

@@ -8,6 +8,8 @@ input format and the input problems; format 1 data was written in corpus order (
 warns). `eval_split` (rule version 2 on, `split`) records how the
 held-out documents were chosen and the share of the tokens they hold; a manifest without it
 held out a seeded draw of documents keyed by file name (rule version 1), which reads the same.
+`tokenizer` names the tokenizer that built the dataset (`tokenizer_choice`: "tensorflow" or
+"tokenizers", with its library and version); a manifest without it was built with TensorFlow's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Dict, List, Optional
 from electra_tf.data.corpus import ReadStats
 from electra_tf.data.packing import HISTOGRAM_BUCKET_WIDTH, PackStats, SplitStats
 from electra_tf.data.tfrecord_io import FEATURE_NAMES, MANIFEST_FORMAT_VERSION
+from electra_tf.data.tokenizer_choice import manifest_entry
 from electra_tf.vocab import Vocab
 
 MAX_LISTED_PROBLEMS = 100  # problems listed in the manifest (all are in inputs.jsonl)
@@ -98,6 +101,7 @@ def build_manifest(config, vocab: Vocab, num_files: int, plan, totals: BuildTota
         "features": {name: ["int64", config.max_seq_length] for name in FEATURE_NAMES},
         "max_seq_length": config.max_seq_length,
         "vocab": _vocab_entry(config, vocab),
+        "tokenizer": manifest_entry(config.tokenizer, vocab.kind),
         **_input_settings(config, eval_split),
         **_run_layout(config, plan, runner),
         "splits": {"train": _split_entry(splits["train"], shards["train"]),

@@ -1,4 +1,4 @@
-"""TFRecord files read without TensorFlow: the framing, each record with its position, damage.
+"""TFRecord files read and written without TensorFlow: the framing, records, positions, damage.
 
 The framing is read with plain file I/O (local or mounted files): a uint64 length, the masked
 CRC32C of the length, the data, the masked CRC32C of the data. `FileReader` reads the records of
@@ -12,6 +12,9 @@ the 12-byte header of a record ends cleanly there.
 
 GZIP shards are not read: the builder writes uncompressed shards and the TF pipeline reads
 them uncompressed (a compressed file fails its first CRC, as it does there).
+
+`RecordWriter` writes the same framing, byte for byte what `tf.io.TFRecordWriter` writes: the
+local builder writes its shards with it, with or without TensorFlow.
 
 Nothing here imports TensorFlow.
 """
@@ -42,6 +45,7 @@ class Record(NamedTuple):
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
 _LENGTH = struct.Struct("<Q")
+WRITE_BUFFER = 1 << 20  # bytes buffered per file being written
 _length_crc_cache: Dict[bytes, int] = {}
 
 
@@ -139,3 +143,29 @@ def iter_records(path: str) -> Iterator[bytes]:
                 return
     finally:
         reader.close()
+
+
+class RecordWriter:
+    """Writes a TFRecord file, uncompressed (what `tf.io.TFRecordWriter(path)` writes).
+
+    Args:
+        path: str. A local file, created or truncated.
+    """
+
+    def __init__(self, path: str):
+        self._file = open(path, "wb", buffering=WRITE_BUFFER)
+
+    def write(self, data: bytes) -> None:
+        """Appends one record: length, its masked CRC32C, the data, the data's masked CRC32C."""
+        length = _LENGTH.pack(len(data))
+        self._file.write(b"".join((length, _FOOTER.pack(masked_crc(crc32c(length))), data,
+                                   _FOOTER.pack(masked_crc(crc32c(data))))))
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -32,6 +32,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from electra_tf.data.packing import derive_seed
+from electra_tf.data.record_framing import RecordWriter
 from electra_tf.errors import ElectraError
 
 MASK64 = (1 << 64) - 1
@@ -306,11 +307,9 @@ def gather_unit(bucket_files: Sequence[Sequence[str]], shards: range, num_shards
     Returns:
         {shard: number of records} for every shard of the unit (0 for ones not created).
     """
-    import tensorflow as tf  # lazy: only processes that write shards need it
-
     counts = dict.fromkeys(shards, 0)
     starts = np.array([shard_start(s, num_shards) for s in shards[1:]], dtype=np.uint64)
-    writers: Dict[int, "tf.io.TFRecordWriter"] = {}
+    writers: Dict[int, RecordWriter] = {}
     try:
         for paths in bucket_files:
             for run in iter_sorted_runs(paths, memory_bytes, scratch_dir):
@@ -322,7 +321,7 @@ def gather_unit(bucket_files: Sequence[Sequence[str]], shards: range, num_shards
                     if shard not in writers:
                         for old in list(writers):  # shards are written one after another
                             writers.pop(old).close()
-                        writers[shard] = tf.io.TFRecordWriter(shard_paths[shard])
+                        writers[shard] = RecordWriter(shard_paths[shard])
                     write = writers[shard].write
                     for i in range(lo, hi):
                         write(run.record(i))

@@ -21,7 +21,8 @@ nor case-ignorable (the final-sigma context stops there), and splitting CJK afte
 equals splitting before because lowercasing and NFD never create or remove a CJK ideograph. The
 whole pipeline is one `tf.function`, used both by the dataset builder (`Tokenizer.encode_batch`,
 one graph call per batch) and by the exported SavedModel (`Tokenizer.graph_tokenizer()`), so
-training data and serving tokenise identically.
+training data and serving tokenise identically. Where TensorFlow is not installed the builder
+runs `portable_tokenization.PortableTokenizer` instead (the same ids; `tokenizer_choice`).
 
 Where the libraries differ from BERT, each difference is closed where it arises: lowercasing and
 the decoding of bytes that are not UTF-8 in `basic_tokenizer`; the character classes (deleted,

@@ -16,8 +16,11 @@ here, once per process, from the same data:
   that survives cleaning this equals BERT's rule (checked exhaustively by
   `tests/data/test_tokenization.py`).
 
-`lowercase_fixes` lists the characters that `tf.strings.lower` (TensorFlow's older ICU) lowercases
-differently from Python's `str.lower`, probed on every code point that survives cleaning.
+`code_point_masks` (numpy, no TensorFlow) is also what the TensorFlow-free tokenizer's Python
+patterns are built from (`portable_tokenization`). `lowercase_fixes` lists the characters that
+`tf.strings.lower` (TensorFlow's older ICU) lowercases differently from Python's `str.lower`,
+probed on every code point that survives cleaning (it imports TensorFlow; nothing else here
+does).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ import unicodedata
 from typing import NamedTuple, Tuple
 
 import numpy as np
-import tensorflow as tf
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def is_cjk(cp: int) -> bool:
     return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
 
 
-class _CodePointMasks(NamedTuple):
+class CodePointMasks(NamedTuple):
     """Boolean [0x110000] arrays over all code points; see `UnicodeTables`."""
 
     deleted: np.ndarray
@@ -114,7 +116,7 @@ class _CodePointMasks(NamedTuple):
 
 
 @functools.lru_cache(maxsize=None)
-def _code_point_masks() -> _CodePointMasks:
+def code_point_masks() -> CodePointMasks:
     size = _MAX_CODE_POINT + 1
     names = sorted({unicodedata.category(chr(cp)) for cp in range(size)})
     index = {name: i for i, name in enumerate(names)}
@@ -136,14 +138,14 @@ def _code_point_masks() -> _CodePointMasks:
     split = of(lambda name: name.startswith("P"))
     for lo, hi in ASCII_PUNCTUATION_RANGES + CJK_RANGES:
         split[lo:hi + 1] = True
-    return _CodePointMasks(deleted=deleted, whitespace=whitespace,
+    return CodePointMasks(deleted=deleted, whitespace=whitespace,
                            nonspacing_marks=of(lambda name: name == "Mn"), split=split)
 
 
 @functools.lru_cache(maxsize=None)
 def unicode_tables() -> UnicodeTables:
     """The character classes of BERT's BasicTokenizer as RE2 patterns (built once per process)."""
-    masks = _code_point_masks()
+    masks = code_point_masks()
     return UnicodeTables(
         deleted=_re2_class(masks.deleted),
         whitespace=_re2_class(masks.whitespace),
@@ -160,7 +162,9 @@ def lowercase_fixes() -> Tuple[Tuple[str, str], ...]:
     Probes all code points that survive cleaning. A fix is kept only if ICU leaves the Python
     lowercase unchanged (so remapping before `tf.strings.lower` yields Python's result).
     """
-    masks = _code_point_masks()
+    import tensorflow as tf  # only the TensorFlow tokenizer needs these fixes
+
+    masks = code_point_masks()
     survivors = ~(masks.deleted | masks.whitespace)
     survivors[_SURROGATES[0]:_SURROGATES[1] + 1] = False
     chars = [chr(cp) for cp in np.flatnonzero(survivors).tolist()]

@@ -1,10 +1,10 @@
 """A small process pool for the builder: long-lived workers that pull tasks, with progress.
 
 The worker object (e.g. `build_worker.BuildWorker`) is made once per process by a picklable
-factory, so per-process state (TensorFlow, the tokenizer) is paid once, and it serves several
-task lists in turn (`map`): packing, then writing shards. Tasks are pulled from one queue, so
-the load balances itself; results come back in task order. With one process everything runs
-in the calling process.
+factory, so per-process state (the tokenizer; TensorFlow, if it runs TensorFlow's) is paid once,
+and it serves several task lists in turn (`map`): packing, then writing shards. Tasks are pulled
+from one queue, so the load balances itself; results come back in task order. With one process
+everything runs in the calling process.
 
 Errors: a worker's user-facing failure (an `ElectraError` such as `BuildError`) or OSError (e.g.
 a full disk) comes back as its one-line message; anything else (a bug) as its traceback; a
@@ -54,9 +54,6 @@ class Reporter:
 
 def _process_main(make_worker: Callable[[int], Any], worker_id: int, tasks, messages) -> None:
     """Entry point of a worker process: builds the worker, then runs tasks until None."""
-    from electra_tf import console
-
-    console.import_tensorflow_in_child()  # a quiet tool's workers are quiet too
     try:
         worker = make_worker(worker_id)
     except (ElectraError, OSError) as e:
