@@ -157,6 +157,9 @@ class PretrainingConfig:
     optimizer: str = "adamw"  # adamw (official) | lamb (large global batches)
     # adamw only: Adam's bias correction, which the official optimizer lacks (training/adam_warmup)
     adam_bias_correction: bool = False
+    # The clip's norm as the official code computes it on CPU/GPU (an embedding gradient's rows
+    # of a repeated id counted apart); default: the official TPU path's (rows summed first)
+    official_gpu_clip_norm: bool = False
 
     # --- Model ---
     model_size: str = "small"  # small | base | large

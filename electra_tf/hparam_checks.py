@@ -67,6 +67,12 @@ def validate(config) -> None:
     need(not (config.adam_bias_correction and config.optimizer != "adamw"),
          f"adam_bias_correction applies to optimizer adamw; {config.optimizer} always corrects "
          "its moments (drop the hparam)")
+    need(not (config.official_gpu_clip_norm and config.backend != "tensorflow"),
+         f"official_gpu_clip_norm needs backend tensorflow: on {config.backend} the embedding "
+         "gradient is dense, its rows of a repeated id already summed (drop the hparam)")
+    need(not (config.official_gpu_clip_norm and config.gradient_accumulation_steps > 1),
+         "official_gpu_clip_norm with gradient_accumulation_steps > 1: the accumulated embedding "
+         "gradient is dense, its rows already summed (use one of the two)")
     need(not config.electric_objective and not config.two_tower_generator,
          "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
          "see docs/config.md")

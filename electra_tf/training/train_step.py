@@ -57,6 +57,9 @@ class StepContext:
         gradient_slots: which variables receive a gradient, recorded when the agreed skip is
             traced (`compute_replica`) for its second phase (`apply_replica`).
         stop: optional `preemption.StopRequest`, read before every step (SIGTERM).
+        sum_repeated_rows: bool. The clip's norm: True (default) sums an embedding gradient's
+            rows of a repeated id first, as the official on TPU; False counts them apart, as the
+            official on CPU/GPU (`official_gpu_clip_norm`).
     """
 
     model: object
@@ -70,6 +73,7 @@ class StepContext:
     forward_backward: Optional[Callable] = None
     gradient_slots: List[bool] = dataclasses.field(default_factory=list)
     stop: Optional[object] = None
+    sum_repeated_rows: bool = True
 
     @property
     def variables(self):
@@ -85,7 +89,8 @@ def make_step_context(model, optimizer, schedule, metrics, strategy, config,
     """A StepContext for `config` (seed, skipping, `jit_compile` of the forward-backward pass,
     `gradient_accumulation_steps`): a PretrainingConfig, or `keras_fit.FitSettings`."""
     ctx = StepContext(model, optimizer, schedule, metrics, strategy, config.seed,
-                      config.max_skipped_nonfinite_steps > 0, replica_slice, stop=stop)
+                      config.max_skipped_nonfinite_steps > 0, replica_slice, stop=stop,
+                      sum_repeated_rows=not getattr(config, "official_gpu_clip_norm", False))
 
     def compute(batch, seed, **call_kwargs):
         return forward_backward(ctx, batch, seed, **call_kwargs)
@@ -172,7 +177,8 @@ def apply_or_skip(ctx: StepContext, local_batch) -> Dict[str, tf.Tensor]:
 def apply(ctx: StepContext, grads, metric_inputs) -> tf.Tensor:
     """Applies the gradients (summed over replicas, clipped) and counts the step's metrics;
     returns the gradient norm before clipping."""
-    norm = optimization.apply_gradients(ctx.optimizer, grads, ctx.variables)
+    norm = optimization.apply_gradients(ctx.optimizer, grads, ctx.variables,
+                                        sum_repeated_rows=ctx.sum_repeated_rows)
     ctx.metrics.update_state(metric_inputs)
     return norm
 
