@@ -72,17 +72,23 @@ class GpuSettings:
     budget_flops: float  # per objective
     parts: int  # checkpoints at each 1/parts of the budget
     finetune: cpu_experiment.Settings  # the CPU experiment's fine-tuning recipe at this size
+    min_warmup_steps: int = 0  # the warmup is max(warmup_fraction * steps, this)
+    adam_bias_correction: bool = False
 
 
 # ELECTRA-small shapes (hidden 256, 12 layers, 4 heads, FFN 1024, embeddings 128, generator 1/4).
 # Batch 512 instead of the paper's 128: on an H100, ELECTRA-small at batch 128 fills 4% of the
 # GPU (docs/benchmarks.md, "The JAX trainer on the H100"), and a larger batch amortises the
-# per-step host work. Learning rate 1e-3: the paper's 5e-4 at batch 128, scaled by sqrt(4).
+# per-step host work. Learning rate 5e-4, the paper's, NOT scaled with the batch, and a warmup of
+# at least 600 steps: the first run here (2026-11-26) used 1e-3 (sqrt-scaled) with 218 warmup
+# steps, where the official Adam (no bias correction) peaks at 2.0x its rate, and its
+# discriminator collapsed to the base rate (docs/experiments.md; docs/config.md, "Short warmups
+# and large batches"). 600 steps keep that peak under 1.5x (training/adam_warmup.py).
 GPU = GpuSettings(
     name="gpu",
     model_hparams={"model_size": "small"},
-    max_seq_length=128, train_batch_size=512, learning_rate=1e-3, warmup_fraction=0.1,
-    budget_flops=1e16, parts=4,
+    max_seq_length=128, train_batch_size=512, learning_rate=5e-4, warmup_fraction=0.1,
+    budget_flops=1e16, parts=4, min_warmup_steps=600,
     finetune=dataclasses.replace(
         cpu_experiment.FULL, name="gpu_small", model={}, embedding_size=128, seeds=3),
 )
@@ -108,9 +114,10 @@ SMOKE = GpuSettings(
 # The plan: steps per objective for equal FLOPs
 # ------------------------------------------------------------------------------------------------
 def base_hparams(settings: GpuSettings) -> dict:
+    extra = {"adam_bias_correction": True} if settings.adam_bias_correction else {}
     return dict(json.loads(json.dumps(settings.model_hparams)),
                 max_seq_length=settings.max_seq_length, train_batch_size=settings.train_batch_size,
-                learning_rate=settings.learning_rate)
+                learning_rate=settings.learning_rate, **extra)
 
 
 def plan(settings: GpuSettings) -> dict:
@@ -147,11 +154,17 @@ def plan(settings: GpuSettings) -> dict:
     }
 
 
+def warmup_steps(settings: GpuSettings, steps: int) -> int:
+    """max(warmup_fraction of the run, min_warmup_steps), at least 1 and at most the run."""
+    return max(1, min(steps, max(int(settings.warmup_fraction * steps),
+                                 settings.min_warmup_steps)))
+
+
 def run_hparams(settings: GpuSettings, objective: str, steps: int) -> dict:
     """The hparams of one pretraining run (the same for both objectives but the objective)."""
     every = steps // settings.parts
     return dict(base_hparams(settings),
-                num_train_steps=steps, num_warmup_steps=max(1, int(settings.warmup_fraction * steps)),
+                num_train_steps=steps, num_warmup_steps=warmup_steps(settings, steps),
                 save_checkpoints_steps=every, keep_checkpoint_max=0,
                 iterations_per_loop=min(every, 250), electra_objective=objective == "electra",
                 do_eval=False, do_export=False, mixed_precision="auto", seed=0)
@@ -547,6 +560,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one objective after the other (default: both at once on the device)")
     p.add_argument("--budget-flops", type=float, default=None,
                    help="pretraining FLOPs per objective (default: 1e16; --smoke: 3e10)")
+    p.add_argument("--learning-rate", type=float, default=None,
+                   help="peak learning rate of both runs (default: 5e-4; --smoke: 5e-4)")
+    p.add_argument("--train-batch-size", type=int, default=None,
+                   help="global batch of both runs (default: 512; --smoke: 8); the FLOPs budget "
+                        "fixes the steps")
+    p.add_argument("--min-warmup-steps", type=int, default=None,
+                   help="the warmup is max(10%% of the steps, this) (default: 600; --smoke: 0)")
+    p.add_argument("--adam-bias-correction", action="store_true",
+                   help="Adam's bias correction (the adam_bias_correction hparam; default: the "
+                        "official update, without it)")
     p.add_argument("--smoke", action="store_true", help="tiny model and budget (CPU, tests)")
     e = sub.add_parser("evaluate", help="phase 2, here (TensorFlow): eval and fine-tuning")
     e.add_argument("--returned", required=True, help="the folder phase 1 wrote (--out there)")
@@ -571,6 +594,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def recipe_overrides(settings: GpuSettings, args) -> GpuSettings:
+    """`settings` with the pretrain phase's recipe flags applied (a sweep runs one process per
+    setting, side by side on the GPU with XLA_PYTHON_CLIENT_MEM_FRACTION)."""
+    changes = {}
+    for flag, field in (("learning_rate", "learning_rate"), ("train_batch_size", "train_batch_size"),
+                        ("min_warmup_steps", "min_warmup_steps")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            if value <= 0 and field != "min_warmup_steps" or value < 0:
+                raise SystemExit(f"electra_vs_mlm_gpu.py: error: --{flag.replace('_', '-')} "
+                                 f"must be positive, got {value}")
+            changes[field] = value
+    if getattr(args, "adam_bias_correction", False):
+        changes["adam_bias_correction"] = True
+    return dataclasses.replace(settings, **changes)
+
+
 def _tasks(text: str) -> tuple:
     tasks = tuple(t.strip() for t in text.split(",") if t.strip())
     unknown = [t for t in tasks if t not in cpu_experiment.TASKS]
@@ -590,6 +630,7 @@ def main(argv=None) -> int:
         os.environ.setdefault("KERAS_BACKEND", "jax")
         if args.budget_flops:
             settings = dataclasses.replace(settings, budget_flops=args.budget_flops)
+        settings = recipe_overrides(settings, args)
         results = pretrain_phase(settings, args.data_dir, args.out, args.deadline,
                                  concurrent=not args.sequential)
         print(json.dumps({k: results[k] for k in ("common_fraction", "common_steps",

@@ -56,6 +56,37 @@ def test_both_objectives_get_the_budget_at_every_checkpoint():
     assert max(fractions) - min(fractions) < 0.01
 
 
+def test_the_gpu_recipe_keeps_the_official_adams_peak_under_the_warning():
+    # The first GPU run (1e-3, 218 warmup steps: 2.0x) collapsed; the default recipe is the
+    # paper's 5e-4 with a warmup whose amplified peak stays under adam_warmup.WARN_ABOVE.
+    from electra_tf.training import adam_warmup
+
+    settings = gpu_experiment.GPU
+    assert settings.learning_rate == 5e-4
+    steps = gpu_experiment.plan(settings)["steps"]["electra"]
+    hparams = gpu_experiment.run_hparams(settings, "electra", steps)
+    assert hparams["num_warmup_steps"] == max(600, int(0.1 * steps))
+    assert adam_warmup.amplification(steps, hparams["num_warmup_steps"]).factor \
+        <= adam_warmup.WARN_ABOVE
+    assert "adam_bias_correction" not in hparams
+
+
+def test_recipe_flags_override_the_settings_for_a_sweep():
+    args = gpu_experiment.build_parser().parse_args(
+        ["pretrain", "--data-dir", "d", "--out", "o", "--learning-rate", "1e-3",
+         "--train-batch-size", "128", "--min-warmup-steps", "0", "--adam-bias-correction"])
+    settings = gpu_experiment.recipe_overrides(gpu_experiment.GPU, args)
+    assert (settings.learning_rate, settings.train_batch_size, settings.min_warmup_steps) == \
+        (1e-3, 128, 0)
+    hparams = gpu_experiment.run_hparams(settings, "electra", 1000)
+    assert hparams["adam_bias_correction"] is True and hparams["num_warmup_steps"] == 100
+    assert hparams["train_batch_size"] == 128 and hparams["learning_rate"] == 1e-3
+    bad = gpu_experiment.build_parser().parse_args(
+        ["pretrain", "--data-dir", "d", "--out", "o", "--learning-rate", "0"])
+    with pytest.raises(SystemExit, match="--learning-rate must be positive"):
+        gpu_experiment.recipe_overrides(gpu_experiment.GPU, bad)
+
+
 def test_slim_checkpoints_keep_the_model_and_round_only_to_float16(tmp_path):
     meta = {"format": 1, "step": 7, "model_paths": ["a", "b"], "optimizer_paths": ["m"]}
     rng = np.random.default_rng(0)
