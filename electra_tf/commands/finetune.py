@@ -19,11 +19,13 @@ Examples:
   electra-finetune --hparams '{"task_names": ["sts"], "init_checkpoint": "DIR/export/discriminator"}'
   electra-finetune --model-name electra_small \\
       --hparams '{"task_names": ["ner"], "raw_data_dir": "DIR", "tagging_scheme": "BIOES"}'
+  electra-finetune --backend jax --model-name electra_small --hparams '{"task_names": ["sst"]}'
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from electra_tf import console
@@ -64,6 +66,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "with, instead of a WordPiece vocab (the vocab_file hparam): checked "
                         "against the starting point's; with random_init, the vocabulary. The "
                         "fine-tuned SavedModels tokenise raw text with it in-graph")
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
+                        help="the Keras backend to fine-tune with: tensorflow (the default; every "
+                        "family, SavedModel export) or jax (no TensorFlow needed: classification "
+                        "and regression tasks; starts from a run of either backend, a "
+                        "TensorFlow one only where TensorFlow is installed too; saves the "
+                        "fine-tuned weights, <tasks>_model_<trial>/weights.npz, not a "
+                        "SavedModel; docs/finetuning.md, Fine-tuning on JAX)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing results and fine-tuned models of these tasks")
     console.add_verbosity_flags(parser)
@@ -90,7 +99,11 @@ def with_spm_model(hparams, spm_model):
 def main(argv=None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     console.setup(args.quiet, args.verbose)
-    console.import_tensorflow()
+    if args.backend == "tensorflow":
+        console.import_tensorflow()
+    else:
+        # Before anything imports keras: Keras reads its backend once, at import.
+        os.environ[console.KERAS_BACKEND_ENV] = args.backend
 
     def work():
         from electra_tf.finetuning.config import FinetuningConfig

@@ -26,11 +26,8 @@ import numpy as np
 import tensorflow as tf
 
 from electra_tf.data.tokenization import Tokenizer
-
-# [CLS] a [SEP] and [CLS] a [SEP] b [SEP]: special tokens per sequence.
-SINGLE_SPECIAL_TOKENS = 2
-PAIR_SPECIAL_TOKENS = 3
-FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
+from electra_tf.finetuning.portable_encoding import (  # noqa: F401 (re-exported)
+    FEATURE_NAMES, PAIR_SPECIAL_TOKENS, SINGLE_SPECIAL_TOKENS, truncated_pair_lengths)
 
 
 def truncate_seq_pair_reference(tokens_a: List, tokens_b: List, max_length: int) -> None:
@@ -40,27 +37,6 @@ def truncate_seq_pair_reference(tokens_a: List, tokens_b: List, max_length: int)
             tokens_a.pop()
         else:
             tokens_b.pop()
-
-
-def truncated_pair_lengths(len_a, len_b, budget):
-    """Closed form of `_truncate_seq_pair` on lengths (tensors or numpy arrays, elementwise).
-
-    Args:
-        len_a, len_b: int [batch]. Token counts of the two texts.
-        budget: int. max_seq_length - 3.
-
-    Returns:
-        (new_len_a, new_len_b), int [batch].
-    """
-    if isinstance(len_a, tf.Tensor) or isinstance(len_b, tf.Tensor):
-        minimum, maximum, where = tf.minimum, tf.maximum, tf.where
-    else:
-        minimum, maximum, where = np.minimum, np.maximum, np.where
-    over = len_a + len_b > budget
-    cut_b = minimum(len_b, maximum(budget - len_a, budget // 2))
-    new_b = where(over, cut_b, len_b)
-    new_a = where(over, budget - new_b, len_a)
-    return new_a, new_b
 
 
 def _keep_first(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:

@@ -23,13 +23,12 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from electra_tf.finetuning.qa.head import QAHead
 from electra_tf.finetuning.regression.head import RegressionHead
-from electra_tf.finetuning.tagging.head import TaggingHead
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
                                         feature_or_zeros)
+from electra_tf.modeling import ops_kernels
 from electra_tf.modeling.encoder import ElectraEncoder
 
 # Official ClassificationTask: tf.nn.dropout(reprs, keep_prob=0.9) in training.
@@ -71,11 +70,15 @@ class ClassificationHead(keras.layers.Layer):
 
     def call(self, sequence_output, features, training=None):
         pooled = sequence_output[:, 0]
-        logits = tf.cast(self.dense(self.dropout(pooled, training=training)), tf.float32)
-        labels = feature_or_zeros(features, f"{self.name}_label_ids", logits, tf.int32)
+        # The encoder's dropout stream (`kernel_settings.DROPOUT_RNG`): with the default "hash"
+        # the same masks on every backend, so TensorFlow and JAX fine-tuning are equal.
+        pooled = ops_kernels.dropout(
+            pooled, ops_kernels.draw(self.dropout, ops.shape(pooled), pooled.dtype, training))
+        logits = ops.cast(self.dense(pooled), "float32")
+        labels = feature_or_zeros(features, f"{self.name}_label_ids", logits, "int32")
         return {"logits": logits,
-                "predictions": tf.argmax(logits, axis=-1, output_type=tf.int32),
-                "loss": tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)}
+                "predictions": ops.cast(ops.argmax(logits, axis=-1), "int32"),
+                "loss": ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)}
 
     def get_config(self):
         config = super().get_config()
@@ -83,8 +86,22 @@ class ClassificationHead(keras.layers.Layer):
         return config
 
 
-HEAD_CLASSES = {CLASSIFICATION: ClassificationHead, REGRESSION: RegressionHead,
-                QUESTION_ANSWERING: QAHead, TAGGING: TaggingHead}
+def _qa_head():
+    from electra_tf.finetuning.qa.head import QAHead  # TensorFlow ops: imported when used
+
+    return QAHead
+
+
+def _tagging_head():
+    from electra_tf.finetuning.tagging.head import TaggingHead  # TensorFlow ops
+
+    return TaggingHead
+
+
+# Family -> head class (a function for the heads written in TensorFlow ops, so that the
+# classification and regression heads import on every backend).
+HEAD_CLASSES = {CLASSIFICATION: lambda: ClassificationHead, REGRESSION: lambda: RegressionHead,
+                QUESTION_ANSWERING: _qa_head, TAGGING: _tagging_head}
 
 
 def _normalized_spec(spec: Mapping[str, Any]) -> dict:
@@ -102,7 +119,7 @@ def make_head(spec: Mapping[str, Any], dropout_prob: float, dtype=None) -> keras
     kwargs = {k: v for k, v in spec.items() if k not in ("name", "family")}
     if spec["family"] in (CLASSIFICATION, REGRESSION):
         kwargs["dropout_prob"] = dropout_prob
-    return HEAD_CLASSES[spec["family"]](**kwargs, dtype=dtype, name=spec["name"])
+    return HEAD_CLASSES[spec["family"]]()(**kwargs, dtype=dtype, name=spec["name"])
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -188,7 +205,7 @@ class FinetuningModel(keras.Model):
     def call(self, inputs, training=None):
         return self.task_heads(self._sequence_output(inputs, training), inputs, training=training)
 
-    def task_outputs(self, inputs, task: str, training=None) -> Dict[str, tf.Tensor]:
+    def task_outputs(self, inputs, task: str, training=None) -> Dict[str, Any]:
         """The outputs of one task's head only (evaluation and serving)."""
         sequence_output = self._sequence_output(inputs, training)
         return self.task_heads(sequence_output, inputs, training=training, only=task)[task]
@@ -200,8 +217,7 @@ class FinetuningModel(keras.Model):
         return config
 
 
-def summed_loss(outputs: Dict[str, Dict[str, tf.Tensor]], task_ids: tf.Tensor,
-                task_names: List[str]) -> tf.Tensor:
+def summed_loss(outputs: Dict[str, Dict[str, Any]], task_ids, task_names: List[str]):
     """Official loss: Σ over the batch of each record's loss under its own task.
 
     Args:
@@ -213,8 +229,8 @@ def summed_loss(outputs: Dict[str, Dict[str, tf.Tensor]], task_ids: tf.Tensor,
     Returns:
         float32 scalar.
     """
-    total = tf.constant(0.0, tf.float32)
+    total = ops.convert_to_tensor(0.0, "float32")
     for task_id, name in enumerate(task_names):
-        mine = tf.cast(tf.equal(task_ids, task_id), tf.float32)
-        total += tf.reduce_sum(tf.cast(outputs[name]["loss"], tf.float32) * mine)
+        mine = ops.cast(ops.equal(task_ids, task_id), "float32")
+        total += ops.sum(ops.cast(outputs[name]["loss"], "float32") * mine)
     return total

@@ -16,6 +16,12 @@
   `assets.extra/` is restored from it (`tf.train.Checkpoint(encoder=...)`, every variable must
   match), so fine-tuning updates every encoder weight (not a frozen feature extractor).
 
+On JAX (`--backend jax`, no TensorFlow in the process) a run of `--backend jax|torch`
+(`ckpt-N.npz`, or an `init_checkpoint/ckpt-0.npz` import) is read directly
+(`portable_checkpoint`); a TensorFlow checkpoint or SavedModel is read by a child Python on the
+TensorFlow backend (`tensorflow_child`), which hands the encoder weights back in an .npz, so it
+needs TensorFlow installed beside JAX (without it: one line saying so).
+
 With `random_init` (or `debug`) nothing is loaded: the encoder has the sizes of `model_size` /
 `model_hparam_overrides` / `embedding_size` (debug: the official debug model) and random weights,
 the floor a pretrained model must beat.
@@ -26,10 +32,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
+import tempfile
 from typing import List, NamedTuple, Optional
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import ElectraError, TrainingError, error_line
@@ -38,9 +47,7 @@ from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.hparams import ConfigError
 from electra_tf.model_config import get_bert_config
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.training import checkpoint_files, run_dir
-from electra_tf.training.export import EXTRA_DIR
-from electra_tf.training.hub import latest_version_dir
+from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
 from electra_tf.vocab import Vocab, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -104,11 +111,20 @@ def _random(config: FinetuningConfig) -> Pretrained:
                       "random", 0)
 
 
+def _exists(path: str) -> bool:
+    """os.path.exists, or TensorFlow's file system (gs://, ...) on the TensorFlow backend."""
+    if keras.backend.backend() != "tensorflow":
+        return os.path.exists(path)
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path)
+
+
 def _model_dir_and_checkpoint(path: str):
     """(model_dir, checkpoint prefix or None) for a model dir or a checkpoint prefix."""
     if os.path.isdir(path):
         return path, None
-    if tf.io.gfile.exists(path + ".index"):
+    if _exists(path + ".index"):
         model_dir = os.path.dirname(path)
         if os.path.basename(model_dir) == checkpoint_files.INIT_CHECKPOINT_DIR:  # from-google's import
             model_dir = os.path.dirname(model_dir)
@@ -137,6 +153,10 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
 
 
 def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
+    import tensorflow as tf
+
+    from electra_tf.training.export import EXTRA_DIR
+
     extra = os.path.join(path, EXTRA_DIR)
     config_path = os.path.join(extra, run_dir.CONFIG_NAME)
     vocab_path = run_dir.find_vocab_copy(extra) or os.path.join(extra, run_dir.VOCAB_NAME)
@@ -168,6 +188,19 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
                       strip_accents, "saved_model", path, 0)
 
 
+def latest_version_dir(path: str) -> Optional[str]:
+    """`hub.latest_version_dir` (a SavedModel at `path`, or its newest numeric version), without
+    importing `hub` (TensorFlow) off the TensorFlow backend."""
+    if os.path.isfile(os.path.join(path, SAVED_MODEL_FILE)):
+        return path
+    try:
+        versions = sorted(int(name) for name in os.listdir(path) if name.isdigit() and
+                          os.path.isfile(os.path.join(path, name, SAVED_MODEL_FILE)))
+    except OSError:
+        return None
+    return os.path.join(path, str(versions[-1])) if versions else None
+
+
 def _check_sentencepiece_model(vocab_file: str, vocab: Vocab) -> None:
     """A SentencePiece model given as the vocab (`--spm-model`) must be the one the starting
     point was pretrained with: the ids mean nothing to it otherwise."""
@@ -196,9 +229,16 @@ def load_pretrained(config: FinetuningConfig) -> Pretrained:
         return _random(config)
     path = config.init_checkpoint
     saved_model = latest_version_dir(path)  # the export dir itself or its newest version
-    if saved_model is not None:
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    portable = None if on_tensorflow or saved_model else _portable_run_checkpoint(path)
+    if portable is not None:
+        pretrained = _from_portable_run(path, portable, config)
+    elif not on_tensorflow and (saved_model or os.path.exists(path)
+                                or os.path.exists(path + ".index")):
+        pretrained = tensorflow_child(config)
+    elif saved_model is not None:
         pretrained = _from_saved_model(saved_model, config)
-    elif os.path.isdir(path) or tf.io.gfile.exists(path + ".index"):
+    elif os.path.isdir(path) or _exists(path + ".index"):
         pretrained = _from_model_dir(path, config)
     else:
         raise PretrainedError(f"init_checkpoint {path}: does not exist (give a pretraining model "
@@ -209,3 +249,96 @@ def load_pretrained(config: FinetuningConfig) -> Pretrained:
                 pretrained.kind, pretrained.step, pretrained.encoder_config["num_hidden_layers"],
                 pretrained.encoder_config["hidden_size"])
     return pretrained
+
+
+# --- Without TensorFlow (fine-tuning on JAX) -----------------------------------------------------
+def _portable_run_checkpoint(path: str) -> Optional[str]:
+    """The `ckpt-N.npz` a JAX / PyTorch run (or an import's `init_checkpoint/ckpt-0.npz`) holds
+    at `path` (a run directory or an .npz file), or None when it holds TensorFlow's format."""
+    if path.endswith(portable_checkpoint.SUFFIX) and os.path.isfile(path):
+        return path
+    if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, run_dir.CONFIG_NAME)):
+        return None
+    try:
+        backend = PretrainingConfig.load(os.path.join(path, run_dir.CONFIG_NAME)).backend
+    except (ValueError, TypeError) as e:
+        raise PretrainedError(f"init_checkpoint {path}: {e}") from None
+    found = portable_checkpoint.latest_good(path)
+    if found is None and backend == "tensorflow":
+        if not checkpoint_files.checkpoint_candidates(path):  # only an import
+            found = portable_checkpoint.latest_good(
+                os.path.join(path, checkpoint_files.INIT_CHECKPOINT_DIR))
+    return found
+
+
+def _from_portable_run(path: str, checkpoint: str, config: FinetuningConfig) -> Pretrained:
+    """The discriminator encoder of a `ckpt-N.npz`, read on this backend (no TensorFlow)."""
+    from electra_tf.training.pretrainer import ElectraPretrainer
+
+    model_dir = os.path.dirname(checkpoint)
+    if os.path.basename(model_dir) == checkpoint_files.INIT_CHECKPOINT_DIR:
+        model_dir = os.path.dirname(model_dir)
+    try:
+        pretraining = PretrainingConfig.load(os.path.join(model_dir, run_dir.CONFIG_NAME))
+        vocab = load_vocab(run_dir.find_vocab_copy(model_dir) or pretraining.vocab_file)
+        model = ElectraPretrainer.from_pretraining_config(pretraining, vocab.special,
+                                                          vocab.tokens, vocab.kind)
+        model.build_from_sequence_length()
+        saved = portable_checkpoint.restore(checkpoint, model, None)
+    except (TrainingError, ValueError, TypeError, OSError) as e:
+        raise PretrainedError(f"init_checkpoint {path}: {error_line(e)}") from None
+    encoder = model.exported_discriminator()
+    if not isinstance(encoder, ElectraEncoder):
+        raise PretrainedError(f"init_checkpoint {path}: the discriminator is a "
+                              f"{type(encoder).__name__}, not an ElectraEncoder")
+    do_lower_case, strip_accents = _tokenization(pretraining, config,
+                                                 run_dir.tokenization_settings(pretraining))
+    return Pretrained(get_bert_config(pretraining).to_dict(), encoder.get_weights(), vocab,
+                      do_lower_case, strip_accents, "model_dir", checkpoint, saved.step)
+
+
+_CHILD = """
+import json, sys
+import numpy as np
+from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.pretrained import load_pretrained
+config = FinetuningConfig.from_dict(json.loads(sys.argv[1]))
+p = load_pretrained(config)
+np.savez(sys.argv[2], meta=np.array(json.dumps({
+    "encoder_config": p.encoder_config, "do_lower_case": p.do_lower_case,
+    "strip_accents": p.strip_accents, "kind": p.kind, "source": p.source, "step": p.step,
+    "vocab": p.vocab.path})), **{f"w{i}": w for i, w in enumerate(p.weights)})
+"""
+
+
+def tensorflow_child(config: FinetuningConfig) -> Pretrained:
+    """Reads a TensorFlow checkpoint or SavedModel in a child Python on the TensorFlow backend
+    (this process runs another) and returns what it read.
+
+    Raises:
+        PretrainedError: TensorFlow is not installed, or the child could not read it (its last
+            line).
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("tensorflow") is None:
+        raise PretrainedError(
+            f"init_checkpoint {config.init_checkpoint} is in TensorFlow's format (a TensorFlow "
+            "run, an import without ckpt-0.npz, or a SavedModel), which needs TensorFlow to "
+            f"read; install it, or start from a --backend {keras.backend.backend()} run's "
+            "ckpt-N.npz")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "pretrained.npz")
+        env = dict(os.environ, KERAS_BACKEND="tensorflow")
+        proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(config.to_dict()), out],
+                              env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+            raise PretrainedError(f"reading init_checkpoint {config.init_checkpoint} with "
+                                  f"TensorFlow failed: {lines[-1] if lines else proc.returncode}")
+        with np.load(out) as data:
+            meta = json.loads(str(data["meta"]))
+            weights = [data[f"w{i}"] for i in range(len(data.files) - 1)]
+    return Pretrained(meta["encoder_config"], weights, load_vocab(meta["vocab"]),
+                      meta["do_lower_case"], meta["strip_accents"], meta["kind"], meta["source"],
+                      meta["step"])

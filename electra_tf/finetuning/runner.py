@@ -24,10 +24,16 @@
       the mean and std over trials) and `results_json`.
 
 Existing outputs are never replaced without `overwrite`.
+
+On JAX (`backend="jax"`, no TensorFlow imported) the same run, with the training loop and
+prediction of `portable_runner` and the TF-free tokenizer (the same ids); the classification
+and regression families only, and step 2d writes the trained weights
+(`<tasks>_model_<trial>/weights.npz`) instead of a SavedModel.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -35,25 +41,21 @@ from typing import Dict, List, Optional
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from electra_tf import atomic, precision
-from electra_tf.data.tokenization import Tokenizer
 from electra_tf.errors import ElectraError
 from electra_tf.finetuning import metrics as metrics_lib
+from electra_tf.finetuning import portable_runner
 from electra_tf.finetuning.config import PRECISIONS, FinetuningConfig
-from electra_tf.finetuning.encoding import TextEncoder
-from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
-from electra_tf.finetuning.registry import build_task
+from electra_tf.finetuning.registry import build_task, task_family
 from electra_tf.finetuning.task import SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed
 from electra_tf.progress import eta_seconds, format_duration
 from electra_tf.training import graph_leaks
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
-from electra_tf.training.strategy import set_inter_op_threads
 
 logger = logging.getLogger("electra_tf")
 
@@ -151,40 +153,28 @@ def make_optimizer(model: FinetuningModel, config: FinetuningConfig, steps: int)
 
 
 def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: FinetuningConfig,
-          seed: int, task_names: List[str]) -> Dict[str, float]:
+          seed: int, task_names: List[str], batches=None,
+          step_losses: Optional[List[float]] = None) -> Dict[str, float]:
     """Trains `num_train_steps` steps on `training_table` records; returns {"steps",
-    "seconds", "final_loss"} (the loss is summed over the batch, as trained)."""
+    "seconds", "final_loss"} (the loss is summed over the batch, as trained).
+
+    On the Keras backend in use: TensorFlow (a `tf.function` loop over `tf.data`, shuffled
+    with `seed`) or JAX (`portable_runner.train`, numpy batches of `shuffled_batches`).
+
+    Args:
+        batches: optional iterable of {feature: numpy [batch, ...]} to train on instead of the
+            seeded shuffle (tests: the same batches on both backends).
+        step_losses: optional list; each reported chunk's mean loss is appended to it.
+    """
     n = len(table[TASK_ID])
     steps = num_train_steps(n, config)
     optimizer = make_optimizer(model, config, steps)
-    variables = model.trainable_variables
-    dataset = (tf.data.Dataset.from_tensor_slices(table)
-               .shuffle(n, seed=seed, reshuffle_each_iteration=True)
-               .repeat()
-               .batch(config.train_batch_size, drop_remainder=True))
-    iterator = iter(dataset)
-
-    @tf.function
-    def train_loop(iterator, num_steps):
-        total = tf.constant(0.0)
-        for _ in tf.range(num_steps):
-            batch = next(iterator)
-            with tf.GradientTape() as tape:
-                outputs = model(batch, training=True)
-                loss = summed_loss(outputs, batch[TASK_ID], task_names)
-            grads = tape.gradient(loss, variables)
-            apply_gradients(optimizer, grads, variables,
-                            sum_repeated_rows=not config.official_gpu_clip_norm)
-            total += loss
-        return total / tf.cast(num_steps, tf.float32)
-
-    start = time.time()
-    done, loss = 0, float("nan")
     chunk = min(config.iterations_per_loop, config.log_steps)
-    while done < steps:
-        k = min(chunk, steps - done)
-        loss = float(train_loop(iterator, tf.constant(k)))
-        done += k
+    start = time.time()
+
+    def report(done: int, loss: float, k: int) -> None:
+        if step_losses is not None:
+            step_losses.append(loss)
         if not np.isfinite(loss):
             raise FinetuningError(f"non-finite training loss at step {done}")
         if done % config.log_steps < k or done == steps:
@@ -192,6 +182,57 @@ def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: Finetuni
                         done, steps, loss,
                         done * config.train_batch_size / max(time.time() - start, 1e-9),
                         format_duration(eta_seconds(done, steps, time.time() - start)))
+
+    if keras.backend.backend() != "tensorflow":
+        if config.official_gpu_clip_norm:
+            raise FinetuningError("official_gpu_clip_norm needs TensorFlow's IndexedSlices "
+                                  "gradients: on JAX an embedding's gradient is dense (its "
+                                  "repeated rows already summed); use --backend tensorflow")
+        if batches is None:
+            batches = portable_runner.shuffled_batches(table, config.train_batch_size, seed)
+        loss = portable_runner.train(
+            model, optimizer, batches, steps, task_names,
+            lambda done, loss: report(done, loss, 1 if done % chunk else chunk), chunk)
+        return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
+
+    import tensorflow as tf
+
+    variables = model.trainable_variables
+    if batches is None:
+        dataset = (tf.data.Dataset.from_tensor_slices(table)
+                   .shuffle(n, seed=seed, reshuffle_each_iteration=True)
+                   .repeat()
+                   .batch(config.train_batch_size, drop_remainder=True))
+        iterator = iter(dataset)
+    else:
+        iterator = (dict(b) for b in batches)
+
+    @tf.function
+    def step_fn(batch):
+        with tf.GradientTape() as tape:
+            outputs = model(batch, training=True)
+            loss = summed_loss(outputs, batch[TASK_ID], task_names)
+        grads = tape.gradient(loss, variables)
+        apply_gradients(optimizer, grads, variables,
+                        sum_repeated_rows=not config.official_gpu_clip_norm)
+        return loss
+
+    @tf.function
+    def train_loop(iterator, num_steps):
+        total = tf.constant(0.0)
+        for _ in tf.range(num_steps):
+            total += step_fn(next(iterator))
+        return total / tf.cast(num_steps, tf.float32)
+
+    done, loss = 0, float("nan")
+    while done < steps:
+        k = min(chunk, steps - done)
+        if batches is None:
+            loss = float(train_loop(iterator, tf.constant(k)))
+        else:  # Python batches: one step per call
+            loss = sum(float(step_fn(next(iterator))) for _ in range(k)) / k
+        done += k
+        report(done, loss, k)
     return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
 
 
@@ -205,6 +246,10 @@ def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarr
     Returns:
         {output name: numpy [n, ...]}.
     """
+    if keras.backend.backend() != "tensorflow":
+        return portable_runner.predict(model, task_name, features, batch_size)
+    import tensorflow as tf
+
     features = prefixed(task_name, features)
     # One trace for every batch size (the last batch is smaller).
     spec = {k: tf.TensorSpec([None, *v.shape[1:]], tf.as_dtype(v.dtype)) for k, v in features.items()}
@@ -315,6 +360,18 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
                                 " - ".join(f"{k}: {v:.2f}" for k, v in values.items()))
     if config.do_train and config.do_export and (config.keep_all_models
                                                  or trial == config.num_trials):
+        if keras.backend.backend() != "tensorflow":
+            path = os.path.join(config.trial_model_dir(trial), portable_runner.WEIGHTS_NAME)
+            record["export"] = portable_runner.weights_archive(
+                model, path, {"finetuning_config": config.to_dict(),
+                              "encoder_config": pretrained.encoder_config,
+                              "tasks": [t.head_config() for t in tasks],
+                              "vocab": pretrained.vocab.path,
+                              "backend": keras.backend.backend()})
+            logger.info("  saved the fine-tuned weights to %s", record["export"])
+            return record
+        from electra_tf.finetuning.export import FinetunedModule, export_finetuned
+
         module = FinetunedModule(model, tasks, config.export_precision)
         record["export"] = export_finetuned(module, config.trial_model_dir(trial),
                                             config.to_json(), pretrained.vocab.path)
@@ -336,17 +393,49 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
     """
     # Every graph traced here goes when the run ends (graph_leaks), each trial's already when the
     # trial ends.
-    with graph_leaks.custom_gradients_released():
+    with _graphs_released():
         return _run(config, overwrite)
 
 
+def _text_encoding(pretrained: Pretrained, max_seq_length: int):
+    """(tokenizer, text encoder) of the run: in-graph on TensorFlow, TF-free elsewhere (the same
+    ids: `data.portable_tokenization`)."""
+    if keras.backend.backend() == "tensorflow":
+        from electra_tf.data.tokenization import Tokenizer
+        from electra_tf.finetuning.encoding import TextEncoder
+
+        tokenizer = Tokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
+                              strip_accents=pretrained.strip_accents)
+        return tokenizer, TextEncoder(tokenizer, max_seq_length)
+    from electra_tf.data.portable_tokenization import PortableTokenizer
+    from electra_tf.finetuning.portable_encoding import PortableTextEncoder
+
+    tokenizer = PortableTokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
+                                  strip_accents=pretrained.strip_accents)
+    return tokenizer, PortableTextEncoder(tokenizer, max_seq_length)
+
+
+def _graphs_released():
+    """`graph_leaks.custom_gradients_released` on TensorFlow; nothing to release elsewhere."""
+    if keras.backend.backend() == "tensorflow":
+        return graph_leaks.custom_gradients_released()
+    return contextlib.nullcontext()
+
+
 def _run(config: FinetuningConfig, overwrite: bool) -> dict:
-    set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (see strategy.py)
+    backend = keras.backend.backend()
+    try:
+        portable_runner.check_families(
+            backend, {name: task_family(name) for name in config.task_names})
+    except ValueError as e:
+        raise FinetuningError(str(e)) from None
+    if backend == "tensorflow":
+        from electra_tf.training.strategy import set_inter_op_threads
+
+        set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (strategy.py)
     _check_outputs(config, overwrite)
     pretrained = load_pretrained(config)
-    tokenizer = Tokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
-                          strip_accents=pretrained.strip_accents)
-    text_encoder = TextEncoder(tokenizer, config.max_seq_length)
+    tokenizer, text_encoder = _text_encoding(pretrained, config.max_seq_length)
     tasks = [build_task(name, config, pretrained, tokenizer, text_encoder)
              for name in config.task_names]
     task_names = [t.name for t in tasks]
@@ -365,6 +454,7 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
 
     results = {
         "config": config.to_dict(),
+        "backend": backend,
         "init": {"kind": pretrained.kind, "source": pretrained.source, "step": pretrained.step,
                  "encoder_config": pretrained.encoder_config,
                  "do_lower_case": pretrained.do_lower_case, "strip_accents": pretrained.strip_accents},
@@ -373,14 +463,16 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         "summary": {},
     }
     results_dir = os.path.dirname(config.results_json)
-    choice = precision.choose(config.mixed_precision, allowed=PRECISIONS[1:])
+    choice = precision.choose(config.mixed_precision, allowed=PRECISIONS[1:],
+                              facts=None if backend == "tensorflow"
+                              else precision.detect_keras_backend(backend))
     results["precision"] = {"policy": choice.policy, "reason": choice.reason}
     keras.mixed_precision.set_global_policy(choice.policy)
     try:
         for trial in range(1, config.num_trials + 1):
             # The trial's traced graphs go with its model (graph_leaks: TensorFlow's
             # custom-gradient registry would keep every trial's for the life of the process).
-            with graph_leaks.custom_gradients_released():
+            with _graphs_released():
                 record = _run_trial(config, trial, pretrained, tasks, table, task_names,
                                     eval_sets, results_dir)
             results["trials"].append(record)

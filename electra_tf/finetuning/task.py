@@ -25,7 +25,7 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from electra_tf import atomic
 
@@ -132,12 +132,12 @@ def prefixed(task_name: str, features: Dict[str, np.ndarray]) -> Dict[str, np.nd
     return {(k if k in SHARED_FEATURES else f"{task_name}_{k}"): v for k, v in features.items()}
 
 
-def feature_or_zeros(features: Dict[str, tf.Tensor], key: str, like: tf.Tensor, dtype) -> tf.Tensor:
+def feature_or_zeros(features: Dict[str, Any], key: str, like, dtype):
     """`features[key]`, or zeros [batch] of `dtype` when a record set does not carry it (serving,
-    unlabelled splits); `like` is any [batch, ...] tensor."""
+    unlabelled splits); `like` is any [batch, ...] tensor. keras.ops: every backend."""
     if key in features:
-        return tf.cast(features[key], dtype)
-    return tf.zeros(tf.shape(like)[:1], dtype)
+        return ops.cast(features[key], dtype)
+    return ops.zeros(ops.shape(like)[:1], dtype)
 
 
 def test_predictions_path(context: ScoreContext, task: str, split: str, extension: str) -> str:

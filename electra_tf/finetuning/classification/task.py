@@ -11,12 +11,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 import numpy as np
-import tensorflow as tf
 
 from electra_tf.finetuning import metrics as metrics_lib
 from electra_tf.finetuning.classification.data import Example, Task, load_task
-from electra_tf.finetuning.encoding import TextEncoder
-from electra_tf.finetuning.export import sentence_serving
 from electra_tf.finetuning.task import (CLASSIFICATION, EVAL_SPLITS, EvalSet, FeatureSpec,
                                         FinetuningTask, ScoreContext, test_predictions_path,
                                         write_test_predictions)
@@ -29,12 +26,13 @@ class ClassificationTask(FinetuningTask):
     Args:
         name: str. GLUE name (or alias) or a generic task's directory name.
         config: FinetuningConfig.
-        text_encoder: TextEncoder of the run.
+        text_encoder: the run's `encoding.TextEncoder` (TensorFlow), or a
+            `portable_encoding.PortableTextEncoder` (JAX: no serving).
     """
 
     family = CLASSIFICATION
 
-    def __init__(self, name: str, config, text_encoder: TextEncoder):
+    def __init__(self, name: str, config, text_encoder):
         data = load_task(name, config.raw_data_dir, ("train",) + EVAL_SPLITS,
                          config.double_unordered, DEBUG_MAX_LINES if config.debug else None)
         super().__init__(data.task.name, config)
@@ -89,6 +87,10 @@ class ClassificationTask(FinetuningTask):
         return result
 
     def serving(self, model):
+        import tensorflow as tf
+
+        from electra_tf.finetuning.export import sentence_serving
+
         label_names = tf.constant(list(self.labels), tf.string)
 
         def postprocess(outputs):

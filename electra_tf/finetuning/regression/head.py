@@ -10,9 +10,10 @@ is Glorot-uniform with a zero bias (TF1 `tf.layers.dense` defaults).
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from electra_tf.finetuning.task import feature_or_zeros
+from electra_tf.modeling import ops_kernels
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -44,10 +45,14 @@ class RegressionHead(keras.layers.Layer):
         self.dense.build((None, sequence_shape[-1]))
 
     def call(self, sequence_output, features, training=None):
-        pooled = self.dropout(sequence_output[:, 0], training=training)
-        predictions = tf.cast(tf.squeeze(self.dense(pooled), -1), tf.float32)
-        targets = feature_or_zeros(features, f"{self.name}_targets", predictions, tf.float32)
-        return {"predictions": predictions, "loss": tf.square(predictions - targets)}
+        cls = sequence_output[:, 0]
+        # The encoder's dropout stream (`kernel_settings.DROPOUT_RNG`): the same masks on
+        # every backend with the default "hash".
+        pooled = ops_kernels.dropout(
+            cls, ops_kernels.draw(self.dropout, ops.shape(cls), cls.dtype, training))
+        predictions = ops.cast(ops.squeeze(self.dense(pooled), -1), "float32")
+        targets = feature_or_zeros(features, f"{self.name}_targets", predictions, "float32")
+        return {"predictions": predictions, "loss": ops.square(predictions - targets)}
 
     def get_config(self):
         config = super().get_config()

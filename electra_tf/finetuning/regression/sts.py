@@ -29,8 +29,6 @@ from typing import Dict, List, NamedTuple, Optional
 
 import numpy as np
 
-from electra_tf.finetuning.encoding import TextEncoder
-from electra_tf.finetuning.export import sentence_serving
 from electra_tf.finetuning.regression.metrics import regression_metrics
 from electra_tf.finetuning.task import (EVAL_SPLITS, REGRESSION, EvalSet, FeatureSpec,
                                         FinetuningTask, ScoreContext, test_predictions_path,
@@ -109,12 +107,13 @@ class STSTask(FinetuningTask):
     Args:
         name: "sts".
         config: FinetuningConfig.
-        text_encoder: TextEncoder of the run.
+        text_encoder: the run's `encoding.TextEncoder`, or a
+            `portable_encoding.PortableTextEncoder` (JAX: no serving).
     """
 
     family = REGRESSION
 
-    def __init__(self, name: str, config, text_encoder: TextEncoder):
+    def __init__(self, name: str, config, text_encoder):
         super().__init__(name, config)
         self.text_encoder = text_encoder
         self.directory = task_directory(config.raw_data_dir, name, _STS_DIR_NAMES)
@@ -172,6 +171,8 @@ class STSTask(FinetuningTask):
         def postprocess(outputs):
             predictions = outputs["predictions"]
             return {"predictions": predictions, "scores": MIN_VALUE + MAX_VALUE * predictions}
+
+        from electra_tf.finetuning.export import sentence_serving  # TensorFlow
 
         return sentence_serving(model, self.name, self.text_encoder, True, postprocess)
 

@@ -1,0 +1,129 @@
+"""Fine-tuning on JAX (issue 48, item 1): the TensorFlow runner's losses on the same weights and
+batches, the whole tool without TensorFlow, and the families JAX refuses.
+
+The model (a classification and a regression head on one 2-layer encoder, dropout on) is built
+on TensorFlow in this process; its variables go to a JAX child (TensorFlow unimportable there,
+`tests/backends.py`) by position; both run `runner.train` (the official optimizer, layer-wise
+decay, warmup and decay, the clip) on the same 30 batches, one loss per step: rtol 1e-4.
+"""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests import backends
+from tests import pretraining_fixtures as fx
+from tests.finetuning_fixtures import REPO_ROOT, TINY_MODEL, corpus_tasks_dir
+
+STEPS, BATCH, SEQ = 30, 8, 32
+TASKS = [{"name": "topic", "family": "classification", "num_labels": 3},
+         {"name": "score", "family": "regression"}]
+ENCODER = dict(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+               intermediate_size=128, embedding_size=32, max_position_embeddings=SEQ)
+HPARAMS = dict(task_names=["topic", "score"], random_init=True, train_batch_size=BATCH,
+               num_train_epochs=1, learning_rate=1e-3, warmup_proportion=0.2, log_steps=1,
+               iterations_per_loop=1, max_seq_length=SEQ)
+
+# Builds the model, sets its variables by position, trains on the given batches (same code on
+# both backends).
+_TRAIN = """
+import json
+import keras
+from electra_tf.finetuning import runner
+from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.model import FinetuningModel
+
+keras.utils.set_random_seed(0)
+model = FinetuningModel(json.loads(str(inp["encoder"])), json.loads(str(inp["tasks"])))
+variables = model.trainable_variables + model.non_trainable_variables
+if "w0" in inp:
+    for i, variable in enumerate(variables):
+        variable.assign(inp[f"w{i}"])
+else:
+    for i, variable in enumerate(variables):
+        out[f"w{i}"] = keras.ops.convert_to_numpy(variable.value)
+config = FinetuningConfig.create("m", str(inp["data_dir"]), json.loads(str(inp["hparams"])))
+table = {k[len("t:"):]: v for k, v in inp.items() if k.startswith("t:")}
+size = int(inp["batch"])
+batches = [{k: v[i * size:(i + 1) * size] for k, v in table.items()}
+           for i in range(len(table["task_id"]) // size)]
+losses = []
+runner.train(model, table, config, 0, ["topic", "score"], batches=batches, step_losses=losses)
+out["losses"] = np.array(losses)
+"""
+
+
+def _table(rng):
+    n = STEPS * BATCH
+    lengths = rng.integers(4, SEQ + 1, n)
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+    task_id = rng.integers(0, 3, n).astype(np.int32)  # 2: padding records (no loss)
+    return {"input_ids": (rng.integers(5, ENCODER["vocab_size"], (n, SEQ)) * mask).astype(np.int32),
+            "input_mask": mask,
+            "segment_ids": ((np.arange(SEQ)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32),
+            "task_id": task_id,
+            "topic_label_ids": np.where(task_id == 0, rng.integers(0, 3, n), 0).astype(np.int32),
+            "score_targets": np.where(task_id == 1, rng.random(n), 0.0).astype(np.float32)}
+
+
+def _run_tensorflow(code: str, inputs: dict) -> dict:
+    """`code` in this (TensorFlow) process, with `inp` and `out` as in a child."""
+    scope = {"np": np, "inp": inputs, "out": {}}
+    exec(code, scope)  # noqa: S102 (the test's own code)
+    return scope["out"]
+
+
+@pytest.mark.slow
+def test_jax_fine_tuning_losses_equal_tensorflows_on_the_same_weights_and_batches(tmp_path):
+    backends.require("jax")
+    rng = np.random.default_rng(0)
+    inputs = {"encoder": np.array(json.dumps(ENCODER)), "tasks": np.array(json.dumps(TASKS)),
+              "hparams": np.array(json.dumps(HPARAMS)), "data_dir": np.array(str(tmp_path)),
+              "batch": np.array(BATCH),
+              **{f"t:{k}": v for k, v in _table(rng).items()}}
+    tensorflow = _run_tensorflow(_TRAIN, dict(inputs))
+    weights = {k: v for k, v in tensorflow.items() if k.startswith("w")}
+    jax = backends.run_on_backend("jax", _TRAIN, dict(inputs, **weights))
+    assert len(tensorflow["losses"]) == STEPS
+    np.testing.assert_allclose(jax["losses"], tensorflow["losses"], rtol=1e-4)
+    assert tensorflow["losses"][-1] < tensorflow["losses"][0]  # it trains
+
+
+def _tool(tmp_path, *args):
+    env = fx.subprocess_env()
+    return subprocess.run(backends.blocked_tool_command("run_finetuning.py", *args),
+                          capture_output=True, text=True, timeout=900, env=env, cwd=REPO_ROOT)
+
+
+@pytest.mark.slow
+def test_the_tool_fine_tunes_classification_on_jax_without_tensorflow(tmp_path):
+    backends.require("jax")
+    raw = corpus_tasks_dir(str(tmp_path / "raw"), ["source"], num_train=96, num_dev=48)
+    hparams = dict(TINY_MODEL, task_names=["source"], random_init=True, raw_data_dir=raw,
+                   max_seq_length=32, num_train_epochs=1, train_batch_size=16,
+                   model_dir=str(tmp_path / "models"),
+                   results_json=str(tmp_path / "r.json"), results_txt=str(tmp_path / "r.txt"))
+    proc = _tool(tmp_path, "--backend", "jax", "--data-dir",
+                 os.path.join(REPO_ROOT, "pretrain_data"), "--hparams", json.dumps(hparams))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.load(open(tmp_path / "r.json"))
+    assert results["backend"] == "jax"
+    assert results["trials"][0]["steps"] == 6  # ceil(96 / 16) batches x 1 epoch
+    assert set(results["trials"][0]["metrics"]["source"]["dev"]) == {
+        "accuracy", "macro_f1", "mcc", "loss"}
+    assert open(tmp_path / "r.txt").read().startswith("source: accuracy: ")
+    weights = results["trials"][0]["export"]
+    assert weights == str(tmp_path / "models" / "source_model_1" / "weights.npz")
+    assert os.path.isfile(weights)
+
+
+def test_jax_refuses_the_families_it_cannot_fine_tune_in_one_line(tmp_path):
+    proc = _tool(tmp_path, "--backend", "jax", "--hparams",
+                 json.dumps({"task_names": ["sst", "chunk", "squad"], "random_init": True}))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "run_finetuning.py: error: fine-tuning on --backend jax supports the classification and "
+        "regression families; not chunk (tagging), squad (qa): use --backend tensorflow for them")
