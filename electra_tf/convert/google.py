@@ -9,10 +9,12 @@ checked first) and writes a model directory that `run_pretraining.py` continues 
     OUTPUT_DIR/config.json                  the resolved PretrainingConfig
     OUTPUT_DIR/vocab.txt                    copy of --vocab-file
     OUTPUT_DIR/init_checkpoint/ckpt-0.*     tf.train.Checkpoint(model=..., step=global_step)
+    OUTPUT_DIR/init_checkpoint/ckpt-0.npz   the same model and step without TensorFlow
+                                            (`portable_checkpoint`: for --backend jax / torch)
 
-The trainer restores `model` and `step` from `init_checkpoint/` when the directory has no
-checkpoint of its own, with a fresh optimizer whose step counter starts at the imported
-`global_step` (so the learning-rate schedule continues where the official run stopped).
+The trainer (on every backend) restores the model and step from `init_checkpoint/` when the
+directory has no checkpoint of its own, with a fresh optimizer whose step counter starts at the
+imported `global_step` (so the learning-rate schedule continues where the official run stopped).
 
 Skipped: `global_step` (read as the step) and the optimizer slots `*/adam_m`, `*/adam_v`. Groups
 missing entirely (a discriminator-only checkpoint has no `generator/*` and no
@@ -50,7 +52,7 @@ from electra_tf.convert.names import ConversionError, format_shape
 from electra_tf.errors import error_line, shown_path
 from electra_tf.hparams import parse_hparams
 from electra_tf.model_config import get_bert_config, get_generator_config
-from electra_tf.training import checkpoint_files, run_dir
+from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -238,7 +240,8 @@ def _assign_checkpoint_weights(model, source, context: str):
 
 
 def _check_output_dir(output_dir: str, overwrite: bool) -> None:
-    if os.path.isdir(output_dir) and checkpoint_files.checkpoint_candidates(output_dir):
+    if os.path.isdir(output_dir) and (checkpoint_files.checkpoint_candidates(output_dir)
+                                      or portable_checkpoint.checkpoints(output_dir)):
         raise ConversionError(
             f"--output-dir {output_dir} holds a training run's checkpoints; run_pretraining.py would "
             "resume from them and ignore the import: choose a new --output-dir")
@@ -286,7 +289,8 @@ def _log_next_steps(output_dir: str, hparams: Mapping[str, Any], global_step: in
     logger.info(
         "to continue pretraining: python run_pretraining.py --data-dir %s --model-name %s "
         "--hparams '%s'  (the structural hparams must be these; learning_rate = %g * %d / %d follows "
-        "the official README advice for %d more steps: see docs/conversion.md)",
+        "the official README advice for %d more steps: see docs/conversion.md; add --backend jax "
+        "or torch to train without TensorFlow)",
         config.data_dir, config.model_name, json.dumps(suggestion, sort_keys=True),
         CONTINUE_LEARNING_RATE, global_step + CONTINUE_EXTRA_STEPS, CONTINUE_EXTRA_STEPS,
         CONTINUE_EXTRA_STEPS)

@@ -9,6 +9,9 @@ and under the same numbering:
                   optimizer/<i>: the optimizer's (`optimizer.variables`: iterations, Adam moments);
                   meta: a JSON object {"format", "step", "backend", "model_paths",
                   "optimizer_paths", "data_state", "data_key"}.
+    init_checkpoint/ckpt-0.npz
+                  weights imported by `from-google` (beside TensorFlow's `ckpt-0`): the model
+                  and the imported step, no optimizer (`optimizer_paths` empty), no data position.
 
 Each file is written whole under a temporary name, synced and renamed (`electra_tf.atomic`), so a
 SIGKILL at any moment leaves the previous checkpoints intact and at most a hidden temporary file,
@@ -105,24 +108,28 @@ def _variable_arrays(variables: Sequence) -> List[np.ndarray]:
 
 
 def save(directory: str, step: int, model, optimizer, data_state: Optional[dict],
-         data_key: Optional[str]) -> str:
-    """Writes `ckpt-<step>.npz` atomically; returns its path.
+         data_key: Optional[str], name: Optional[str] = None) -> str:
+    """Writes `ckpt-<step>.npz` (or `name`) atomically; returns its path.
+
+    `optimizer` None writes the model alone: `from-google`'s import, `ckpt-0.npz` holding the
+    imported step, which a run starts from with a fresh optimizer whose step counter is `step`.
 
     Raises:
         TrainingError: the file cannot be written (a full disk, a read-only directory).
     """
-    path = path_for(directory, step)
+    path = os.path.join(directory, name) if name else path_for(directory, step)
+    optimizer_variables = list(optimizer.variables) if optimizer is not None else []
     meta = {"format": FORMAT, "step": int(step),
             "backend": keras.backend.backend(),
             "model_name": model.name,
             "model_paths": [v.path for v in model_variables(model)],
-            "optimizer_paths": [v.path for v in optimizer.variables],
+            "optimizer_paths": [v.path for v in optimizer_variables],
             "data_state": data_state, "data_key": data_key}
     arrays: Dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
     arrays.update({f"model/{i}": a
                    for i, a in enumerate(_variable_arrays(model_variables(model)))})
     arrays.update({f"optimizer/{i}": a
-                   for i, a in enumerate(_variable_arrays(optimizer.variables))})
+                   for i, a in enumerate(_variable_arrays(optimizer_variables))})
     try:
         with atomic.atomic_path(path) as tmp:
             with open(tmp, "wb") as f:

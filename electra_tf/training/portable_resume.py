@@ -1,6 +1,6 @@
 """Where a pretraining run on JAX or PyTorch starts (`portable_trainer`): the newest checkpoint
-every host sees, what a saved data position depends on, and this host's training reader.
-Free of TensorFlow."""
+every host sees, else the weights `from-google` imported, what a saved data position depends on,
+and this host's training reader. Free of TensorFlow."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Optional
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
-from electra_tf.errors import TrainingError
-from electra_tf.training import hosts, portable_checkpoint
+from electra_tf.errors import TrainingError, shown_path
+from electra_tf.training import checkpoint_files, hosts, portable_checkpoint
 
 
 def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
@@ -50,6 +50,31 @@ def same_checkpoint_everywhere(found: Optional[str], run_hosts: hosts.Hosts,
             "model dir must be one directory every host reads (a shared filesystem); host 0 "
             "writes it")
     return found
+
+
+def imported_start(model_dir: str, backend: str) -> Optional[str]:
+    """The weights `from-google` imported into `model_dir` in a form this backend reads
+    (`init_checkpoint/ckpt-0.npz`: the model and the imported step), or None without an import.
+
+    Raises:
+        TrainingError: an import holding only TensorFlow's checkpoint (written before
+            `from-google` wrote the portable copy), or a damaged copy.
+    """
+    init_dir = os.path.join(model_dir, checkpoint_files.INIT_CHECKPOINT_DIR)
+    if not os.path.isdir(init_dir):
+        return None
+    path = os.path.join(init_dir, checkpoint_files.INIT_PORTABLE_NAME)
+    again = ("import the weights again: electra-convert from-google ... --output-dir "
+             f"{shown_path(model_dir)} --overwrite (where TensorFlow is installed)")
+    if not os.path.exists(path):
+        raise TrainingError(
+            f"{shown_path(init_dir)} holds TensorFlow's checkpoint only (an import by an older "
+            f"electra-tf, without {checkpoint_files.INIT_PORTABLE_NAME}), which --backend "
+            f"{backend} cannot read: {again}, or train with --backend tensorflow")
+    problem = portable_checkpoint.checkpoint_problem(path)
+    if problem is not None:
+        raise TrainingError(f"the imported checkpoint {shown_path(path)} is {problem}: {again}")
+    return path
 
 
 def data_key(config: PretrainingConfig, plan: Optional[dict], run_hosts: hosts.Hosts) -> str:

@@ -13,7 +13,8 @@ hparams and run directory:
    mixed_float16, whose loss scaling this step does not do), vocab and dataset checks, the run
    directory (config.json, the lock), the model and optimizer, then the start: the latest
    `ckpt-N.npz` (`portable_checkpoint`; the same on every host, with the reader's position when
-   its data key matches: `portable_resume`) or step 0.
+   its data key matches: `portable_resume`), else the weights and step `from-google` imported
+   (`init_checkpoint/ckpt-0.npz`, fresh optimizer), or step 0.
 2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
    reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
    order); after each chunk the TensorBoard scalars (TensorBoard's own writer:
@@ -47,10 +48,10 @@ from electra_tf import atomic, precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
-from electra_tf.training import (checkpoint_files, collapse, dataset_checks, hosts,
-                                 optimization, portable_board, portable_checkpoint,
-                                 portable_resume, portable_support, preemption, probe, run_base,
-                                 run_dir, summaries)
+from electra_tf.training import (collapse, dataset_checks, hosts, optimization,
+                                 portable_board, portable_checkpoint, portable_resume,
+                                 portable_support, preemption, probe, run_base, run_dir,
+                                 summaries)
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import Vocab
 
@@ -160,20 +161,23 @@ class PortableTrainer(run_base.LockedRun):
         self.optimizer.build(self.model.trainable_variables)
 
     def _start(self) -> None:
-        """Restores the newest checkpoint, else starts at step 0 (a fresh reader either way
-        when the saved position belongs to another pipeline)."""
+        """Restores the newest checkpoint, else the weights `from-google` imported (at their
+        step, with a fresh optimizer: as the TensorFlow trainer), else starts at step 0 (a
+        fresh reader either way when the saved position belongs to another pipeline)."""
         config = self.config
         found = portable_checkpoint.latest_good(config.model_dir)
         if self.hosts.several:
             found = portable_resume.same_checkpoint_everywhere(found, self.hosts,
                                                                config.model_dir)
-        if found is None and os.path.isdir(os.path.join(config.model_dir,
-                                                        checkpoint_files.INIT_CHECKPOINT_DIR)):
-            raise TrainingError(
-                f"{config.model_dir} holds an imported TensorFlow checkpoint "
-                f"({checkpoint_files.INIT_CHECKPOINT_DIR}/), which --backend {config.backend} "
-                "cannot read: start it with --backend tensorflow (docs/keras.md)")
-        if found is None and not config.do_train:
+        if found is None:
+            imported = portable_resume.imported_start(config.model_dir, config.backend)
+            if imported is not None:
+                saved = portable_checkpoint.restore(imported, self.model, None)
+                self.optimizer.iterations.assign(saved.step)
+                self.restored_from = imported
+                logger.info("initialised from the imported checkpoint %s (step %d, fresh "
+                            "optimizer)", imported, self.step)
+        if found is None and self.restored_from is None and not config.do_train:
             raise TrainingError(f"no checkpoint in {config.model_dir} to evaluate: train first "
                                 "(do_train) or check --data-dir / --model-name")
         data_state = None

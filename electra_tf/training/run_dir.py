@@ -123,8 +123,10 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
                 raise TrainingError(
                     f"{config.model_dir} holds a run with {key}={old!r}; this run has {key}={new!r}. "
                     "Use the run's hparams, another --model-name, or --overwrite to start afresh")
-        # Evaluation and export only read the checkpoint, which every backend can.
-        if write and previous.backend != config.backend:
+        # Evaluation and export only read the checkpoint, which every backend can; weights
+        # imported by from-google (`init_checkpoint/`) start a run on any backend.
+        if (write and previous.backend != config.backend
+                and holds_run_checkpoints(config.model_dir)):
             raise TrainingError(
                 f"{config.model_dir} holds a run trained with --backend {previous.backend}; this "
                 f"run has --backend {config.backend} (the checkpoint formats differ). Use "
@@ -139,6 +141,17 @@ def prepare(config: PretrainingConfig, vocab_path: str, vocab_sha256: str, write
         config.save(config_path)
         if not os.path.exists(saved_vocab):
             atomic.copy_file(vocab_path, saved_vocab)
+
+
+def holds_run_checkpoints(model_dir: str) -> bool:
+    """Whether `model_dir` holds a training run's checkpoints (TensorFlow's `ckpt-N` or
+    `ckpt-N.npz`), not only the weights `from-google` imported (`init_checkpoint/`)."""
+    names = os.listdir(model_dir) if os.path.isdir(model_dir) else ()
+    return any(_RUN_CHECKPOINT_PATTERN.match(name) for name in names)
+
+
+_RUN_CHECKPOINT_PATTERN = re.compile(
+    rf"^{re.escape(checkpoint_files.CHECKPOINT_PREFIX)}-\d+(\.index|\.npz)$")
 
 
 def _note_precision_change(previous: PretrainingConfig, config: PretrainingConfig) -> None:
@@ -304,12 +317,17 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
     """Writes imported weights as a run a trainer can start from (`from-google`).
 
     `init_checkpoint/` (model and step, no optimizer), `config.json` and the vocab copy; the
-    checkpoint directory appears complete or not at all.
+    checkpoint directory appears complete or not at all. It holds the weights twice: TensorFlow's
+    checkpoint `ckpt-0` (what the TensorFlow trainer, fine-tuning and the converters read) and
+    `ckpt-0.npz` (`portable_checkpoint`'s format, what `--backend jax|torch` read without
+    TensorFlow).
 
     Returns:
         The checkpoint prefix written.
     """
     import tensorflow as tf
+
+    from electra_tf.training import portable_checkpoint
 
     init_dir = os.path.join(output_dir, checkpoint_files.INIT_CHECKPOINT_DIR)
     if os.path.exists(init_dir) and not overwrite:  # the caller checked; a concurrent writer
@@ -319,6 +337,8 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
         checkpoint = checkpoint_files.run_checkpoint(model, step=step)
         tf.train.CheckpointManager(checkpoint, staging, max_to_keep=1,
                                    checkpoint_name=checkpoint_files.CHECKPOINT_PREFIX).save(checkpoint_number=0)
+        portable_checkpoint.save(staging, global_step, model, None, None, None,
+                                 name=checkpoint_files.INIT_PORTABLE_NAME)
     config.save(os.path.join(output_dir, CONFIG_NAME))
     vocab_out = os.path.join(output_dir, VOCAB_NAME)
     if os.path.abspath(vocab_file) != os.path.abspath(vocab_out):
@@ -387,6 +407,9 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
     if config.backend == "tensorflow":
         return None
     found = portable_checkpoint.latest_good(checkpoint or model_dir)
+    if found is None and not checkpoint and os.path.isdir(
+            os.path.join(model_dir, checkpoint_files.INIT_CHECKPOINT_DIR)):
+        return None  # a JAX / PyTorch run stopped before its first save: the imported weights
     if found is None:
         name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{portable_checkpoint.SUFFIX}"
         raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "

@@ -8,6 +8,7 @@ error messages, and the exact ours -> Google -> ours round trip.
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.convert import google, google_sizes, names
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
-from electra_tf.training import checkpoint_files
+from electra_tf.training import checkpoint_files, portable_checkpoint
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
@@ -111,6 +112,29 @@ def test_import_writes_the_model_dir_the_trainer_continues_from(tmp_path, vocab,
     restored = names.get_official_weights(model)
     assert set(restored) == set(weights)
     for name, value in weights.items():  # exact: no Adam slot (all 7.0) was read instead
+        np.testing.assert_array_equal(restored[name], value, err_msg=name)
+
+
+def test_import_writes_a_tensorflow_free_copy_of_the_same_weights(tmp_path, vocab, small_pp):
+    """init_checkpoint/ckpt-0.npz, what --backend jax / torch start from: the model variables
+    of TensorFlow's ckpt-0 (the seed states too), the imported step, no optimizer."""
+    prefix, weights = small_pp
+    result = google.import_google_checkpoint(prefix, vocab, out_dir(tmp_path))
+    init_dir = os.path.join(out_dir(tmp_path), checkpoint_files.INIT_CHECKPOINT_DIR)
+    assert sorted(os.listdir(init_dir)) == ["checkpoint", "ckpt-0.data-00000-of-00001",
+                                            "ckpt-0.index", "ckpt-0.npz"]
+    path = os.path.join(init_dir, checkpoint_files.INIT_PORTABLE_NAME)
+    meta = portable_checkpoint.read_meta(path)
+    assert (meta["step"], meta["optimizer_paths"], meta["data_state"]) == (4000, [], None)
+    assert portable_checkpoint.checkpoint_problem(path) is None
+    model = ElectraPretrainer.from_pretraining_config(result.config, load_vocab(vocab).special)
+    model.build_from_sequence_length()
+    assert portable_checkpoint.restore(path, model, None).step == 4000
+    for ours, imported in zip(portable_checkpoint.model_variables(model),
+                              portable_checkpoint.model_variables(result.model), strict=True):
+        np.testing.assert_array_equal(ours.numpy(), imported.numpy(), err_msg=ours.path)
+    restored = names.get_official_weights(model)
+    for name, value in weights.items():
         np.testing.assert_array_equal(restored[name], value, err_msg=name)
 
 
@@ -217,6 +241,14 @@ def test_output_dir_is_never_silently_replaced(tmp_path, vocab, small_pp):
     tf.train.Checkpoint(v=tf.Variable(1.0)).write(os.path.join(out_dir(tmp_path), "ckpt-0"))
     with pytest.raises(ConversionError, match="holds a training run's checkpoints"):
         google.import_google_checkpoint(prefix, vocab, out_dir(tmp_path), overwrite=True)
+    # A run of --backend jax / torch there (ckpt-N.npz) too.
+    jax_run = out_dir(tmp_path, "jax_run")
+    google.import_google_checkpoint(prefix, vocab, jax_run)
+    shutil.copy(os.path.join(jax_run, checkpoint_files.INIT_CHECKPOINT_DIR,
+                             checkpoint_files.INIT_PORTABLE_NAME),
+                os.path.join(jax_run, portable_checkpoint.file_name(4010)))
+    with pytest.raises(ConversionError, match="holds a training run's checkpoints"):
+        google.import_google_checkpoint(prefix, vocab, jax_run, overwrite=True)
     # An object-based (TF2) checkpoint is not Google's format.
     with pytest.raises(ConversionError, match="TF2 object-based checkpoint"):
         google.import_google_checkpoint(os.path.join(out_dir(tmp_path), "ckpt-0"), vocab, out_dir(tmp_path, "x"))
