@@ -255,21 +255,24 @@ def compare(aggregated: dict) -> Dict[str, Dict[str, Dict[str, dict]]]:
                     "steps": [late[0], late[-1]],
                     "minus_official": mean(ours, 1) - mean(theirs, 1),
                     "seed_std": max(mean(ours, 2), mean(theirs, 2)),
-                    "late_mean": mean(ours, 1), "official_late_mean": mean(theirs, 1)}
+                    "late_mean": mean(ours, 1), "official_late_mean": mean(theirs, 1),
+                    "seeds": [int(theirs[late[-1]][3]), int(ours[late[-1]][3])]}
     return out
 
 
 def summary_markdown(result: dict) -> str:
     lines = ["# Official ELECTRA against electra-tf, curve by curve", "",
              f"Model: {json.dumps(result['model'])}; vocab {result['vocab_size']}; "
-             f"{result['steps']} steps; seeds {result['seeds']}; float32; metrics over windows of "
+             f"{result['steps']} steps; seeds {result['seeds']} where run; float32; metrics over windows of "
              f"{result['every']} training steps (dropout on). Means over the second half of the "
              "run; seed std: the larger implementation's mean across-seed standard deviation.", ""]
     for setting, impls in result["comparison"].items():
         lr, warm = SETTINGS[setting]
         for impl, tags in impls.items():
+            n_official, n_impl = next(iter(tags.values()))["seeds"]
             lines += [f"## {setting} (learning_rate {lr:g}, warmup {warm:.0%} of the steps): "
                       f"{impl} against official", "",
+                      f"Seeds: official {n_official}, {impl} {n_impl}.", "",
                       f"| metric | official | {impl} | difference | seed std |",
                       "|---|---:|---:|---:|---:|"]
             for tag, c in tags.items():
@@ -353,16 +356,19 @@ def _launch(args, impl: str, setting: str, seed: int, threads: int) -> str:
 
 
 def conduct(args) -> int:
-    if "official" in args.implementations:
+    if "official" in args.implementations and not args.summarize_only:
         from experiments.official_compat import check_official_dir
 
         args.official_dir = check_official_dir(args.official_dir or "")
-    prepare_data(args.data_dir, args.vocab_size)
+    if not args.summarize_only:
+        prepare_data(args.data_dir, args.vocab_size)
     # Seed-major: the first runs to finish show every setting on both implementations.
     todo = [(impl, setting, seed) for seed in args.seeds for setting in args.settings
             for impl in args.implementations
             if not os.path.exists(os.path.join(args.work_dir, "runs",
                                                run_name(impl, setting, seed) + ".json"))]
+    if args.summarize_only:
+        todo = []
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
     logger.info("%d run(s) to do, %d at a time, %d thread(s) each", len(todo), args.jobs, threads)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
@@ -373,8 +379,12 @@ def conduct(args) -> int:
         for seed in args.seeds:
             for impl in args.implementations:
                 path = os.path.join(args.work_dir, "runs", run_name(impl, setting, seed) + ".json")
+                if args.summarize_only and not os.path.exists(path):
+                    continue
                 with open(path) as f:
                     runs.append(json.load(f))
+    if not runs:
+        raise SystemExit(f"no finished runs in {os.path.join(args.work_dir, 'runs')}")
     aggregated = aggregate(runs)
     vocab_size, seq = dataset_shape(args.data_dir)
     result = {"model": dataclasses.asdict(dataclasses.replace(MICRO, max_seq_length=seq)),
@@ -426,6 +436,9 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=2000, help="training steps per run")
     parser.add_argument("--every", type=int, default=100, help="steps per curve point")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument("--summarize-only", action="store_true",
+                        help="run nothing: summarise the finished runs of the given settings, "
+                             "seeds and implementations found in WORK_DIR/runs")
     # _run only:
     parser.add_argument("--impl", choices=IMPLEMENTATIONS + VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--setting", choices=tuple(SETTINGS), help=argparse.SUPPRESS)
