@@ -122,25 +122,19 @@ def run_electra_tf(data_dir: str, model_dir: str, hparams: dict, seed: int, ever
     """electra-tf's TensorFlow trainer on the same hparams; its per-loop training scalars.
 
     cpu_clip: clip by the official CPU/GPU norm (unsummed embedding rows) instead of the TPU
-    path's, by wrapping `optimization.apply_gradients` for this process (a diagnostic)."""
-    import functools
-
+    path's (the `official_gpu_clip_norm` hparam; a diagnostic)."""
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training import optimization
     from electra_tf.training.trainer import Trainer
     from experiments.electra_vs_mlm import read_scalars
 
-    if cpu_clip:
-        optimization.apply_gradients = functools.partial(optimization.apply_gradients,
-                                                         sum_repeated_rows=False)
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
     ours = dict(hparams, seed=seed, mixed_precision="float32", strategy="one_device",
                 iterations_per_loop=every, save_checkpoints_steps=hparams["num_train_steps"],
                 keep_checkpoint_max=1, do_eval=False, do_export=False,
-                model_dir=model_dir)
+                model_dir=model_dir, official_gpu_clip_norm=cpu_clip)
     config = PretrainingConfig.create(os.path.basename(model_dir), data_dir, ours)
     Trainer(config).train()
     series = read_scalars(model_dir, TAGS)

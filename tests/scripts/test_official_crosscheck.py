@@ -150,6 +150,15 @@ def test_electra_tf_side_writes_a_curve_point_per_window(data_dir, tmp_path):
         assert 0.0 <= point["masked_lm_accuracy"] <= 1.0
 
 
+def test_the_cpu_clip_variant_trains_with_the_official_gpu_clip_norm(data_dir, tmp_path):
+    work = str(tmp_path)
+    assert official_crosscheck.main(["_run", "--impl", "electra_tf_cpu_clip", "--setting", "hot",
+                                     "--seed", "0", "--steps", "2", "--every", "2",
+                                     "--work-dir", work, "--data-dir", data_dir]) == 0
+    with open(os.path.join(work, "models", "electra_tf_cpu_clip_hot_seed0", "config.json")) as f:
+        assert json.load(f)["official_gpu_clip_norm"] is True
+
+
 def test_missing_data_is_one_line_naming_the_file(tmp_path):
     with pytest.raises(SystemExit, match=r"vocab.txt not found: --data-dir needs"):
         official_crosscheck.dataset_shape(str(tmp_path))
