@@ -125,6 +125,9 @@ class PretrainingConfig:
     iterations_per_loop: int = 200  # steps per compiled call
     # Run each step's train_batch_size in this many micro-batches (same update, less memory).
     gradient_accumulation_steps: int = 1
+    # JAX: training steps per compiled call within a loop (one dispatch; the metrics' results and
+    # a SIGTERM read once per call); null = auto (training.portable_support.steps_per_execution)
+    steps_per_execution: Optional[int] = None
     save_checkpoints_steps: int = 1000
     num_train_steps: int = 1000000
     num_eval_steps: int = 100

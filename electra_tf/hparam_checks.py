@@ -73,6 +73,7 @@ def validate(config) -> None:
     need(not (config.official_gpu_clip_norm and config.gradient_accumulation_steps > 1),
          "official_gpu_clip_norm with gradient_accumulation_steps > 1: the accumulated embedding "
          "gradient is dense, its rows already summed (use one of the two)")
+    _validate_steps_per_execution(config, need)
     need(not config.electric_objective and not config.two_tower_generator,
          "electric_objective / two_tower_generator (Electric) are not supported by electra-tf; "
          "see docs/config.md")
@@ -105,6 +106,23 @@ def validate(config) -> None:
     generator_checks.validate_two_stage_sizes(config, bert, need)
     if config.electra_objective and config.untied_generator:
         get_generator_config(config, bert)
+
+
+def _validate_steps_per_execution(config, need) -> None:
+    k = config.steps_per_execution
+    if k is None:
+        return
+    need(config.backend != "tensorflow",
+         "steps_per_execution is the JAX trainer's: the TensorFlow trainer runs "
+         "iterations_per_loop steps per compiled call already (drop the hparam)")
+    need(k >= 1, f"steps_per_execution must be null (automatic) or >= 1, got {k}")
+    need(k == 1 or config.backend == "jax",
+         f"steps_per_execution {k} needs backend jax: Keras' PyTorch backend runs one step per "
+         "call (drop the hparam)")
+    for key in ("iterations_per_loop", "save_checkpoints_steps"):
+        need(getattr(config, key) % k == 0,
+             f"steps_per_execution {k} must divide {key} ({getattr(config, key)}): a loop and "
+             "a checkpoint end at a call's end")
 
 
 def _validate_model_overrides(config, need) -> None:

@@ -215,6 +215,71 @@ def jax_test_step(model, fit: FitState, state, data):
     return logs, (trainable, non_trainable, metrics_vars)
 
 
+def jax_train_function(model, fit: FitState, steps: int):
+    """Keras' JAX `train_function(state, iterator)` with `steps` (k > 1) steps per compiled call.
+
+    Keras' own `steps_per_execution` on JAX calls the jitted step k times from Python; this one
+    compiles the k steps as one program: the k batches are stacked on the device and
+    `jax.lax.scan` runs `jax_train_step` over them, carrying the whole state (weights, seed
+    states, optimizer, metrics), so one call dispatches k steps and the metrics accumulate on
+    the device; the reported results (`loss` and the official metrics, the 200-threshold AUC
+    among them) are computed once per call, after the k-th step. The step is traced once (the
+    scan's body), so compilation takes about as long as one step's.
+
+    An iterator that runs out within a call (fewer than k batches left) runs the batches it gave
+    one jitted step at a time (compiled once, when first needed): a call never takes more
+    batches than fit()'s `steps_per_epoch` allows. Each step draws, updates and counts as a
+    single step would (same seeds: the optimizer's step counter is carried), so k steps in one
+    call give the weights and metrics of k calls (tests/training/test_multi_step.py).
+
+    Args:
+        model: the compiled `ElectraPretrainer`.
+        fit: its FitState.
+        steps: int k > 1.
+
+    Returns:
+        `iterator_step(state, iterator) -> (logs, state)`, as Keras' `make_train_function` sets.
+    """
+    import jax
+
+    out_shardings = None
+    if keras.distribution.distribution() is not None:
+        # As Keras' own: the new state keeps the variables' layouts.
+        out_shardings = (None, model._get_state_sharding_spec())
+
+    def many(state, batches):
+        stacked = jax.tree_util.tree_map(lambda *xs: jax.numpy.stack(xs), *batches)
+
+        def body(carry, data):
+            _, carry = model.train_step(carry, data)  # its logs are unused: XLA drops them
+            return carry, None
+
+        state, _ = jax.lax.scan(body, state, stacked)
+        with keras.StatelessScope(state_mapping=list(zip(model.metrics_variables, state[3]))):
+            logs = {m.name: m.result() for m in fit.reported}
+        return logs, state
+
+    many = jax.jit(many, donate_argnums=0, out_shardings=out_shardings)
+    single = jax.jit(model.train_step, donate_argnums=0, out_shardings=out_shardings)
+
+    def iterator_step(state, iterator):
+        batches = []
+        for _ in range(steps):
+            try:
+                batches.append(next(iterator))
+            except StopIteration:
+                break
+        if not batches:
+            raise StopIteration  # fit() ends the epoch (Keras catches it)
+        if len(batches) == steps:
+            return many(state, tuple(batches))
+        for data in batches:
+            logs, state = single(state, data)
+        return logs, state
+
+    return iterator_step
+
+
 def _stateless_metrics(model, fit: FitState, metrics_vars, outputs):
     with keras.StatelessScope(
             state_mapping=list(zip(model.metrics_variables, metrics_vars))) as scope:

@@ -16,14 +16,16 @@ from electra_tf.training import checkpoint_files, hosts, portable_checkpoint
 
 
 def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
-                 run_hosts: hosts.Hosts = hosts.Hosts()) -> BatchReader:
+                 run_hosts: hosts.Hosts = hosts.Hosts(), prefetch: int = 2) -> BatchReader:
     """This host's training batches: input pipeline `index` of `count`, `global / count` rows
-    each (one host: the whole global batch), as the TensorFlow worker of that index reads."""
+    each (one host: the whole global batch), as the TensorFlow worker of that index reads;
+    `prefetch` batches decoded ahead by the reader's thread (a call's worth: its
+    steps_per_execution)."""
     return BatchReader(config.pretrain_tfrecords,
                        batch_size=config.train_batch_size // run_hosts.count,
                        max_seq_length=config.max_seq_length, is_training=True, seed=seed,
                        num_input_pipelines=run_hosts.count, input_pipeline_id=run_hosts.index,
-                       record_plan=plan)
+                       record_plan=plan, prefetch=prefetch)
 
 
 def same_checkpoint_everywhere(found: Optional[str], run_hosts: hosts.Hosts,

@@ -4,6 +4,7 @@ splits the global batch over. Free of TensorFlow."""
 
 from __future__ import annotations
 
+import math
 from typing import List
 
 import keras
@@ -15,6 +16,9 @@ from electra_tf.errors import TrainingError
 STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
               "torch": ("auto", "one_device")}
 PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
+# JAX steps per compiled call when the steps_per_execution hparam is null: at most this many
+# (measured: docs/benchmarks.md, "Steps per compiled call on JAX").
+AUTO_STEPS_PER_EXECUTION = 16
 
 
 def check_supported(config: PretrainingConfig) -> None:
@@ -52,6 +56,22 @@ def check_supported(config: PretrainingConfig) -> None:
     if config.mixed_precision == "mixed_float16":
         raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
                             f"{backend} does not do: use auto, mixed_bfloat16 or float32")
+
+
+def steps_per_execution(config: PretrainingConfig) -> int:
+    """Training steps per compiled call (`ElectraPretrainer.compile(steps_per_execution=)`).
+
+    The hparam when set (checked: it divides iterations_per_loop and save_checkpoints_steps);
+    when null, on JAX the largest divisor of both that is at most `AUTO_STEPS_PER_EXECUTION`
+    (official 200 and 1000: 10; iterations_per_loop 1: 1), so every loop and checkpoint ends at
+    a call's end; on PyTorch 1 (Keras runs its steps one by one there).
+    """
+    if config.steps_per_execution is not None:
+        return config.steps_per_execution
+    if config.backend != "jax":
+        return 1
+    bound = math.gcd(config.iterations_per_loop, config.save_checkpoints_steps)
+    return max(k for k in range(1, min(bound, AUTO_STEPS_PER_EXECUTION) + 1) if bound % k == 0)
 
 
 def _check_tpu() -> None:

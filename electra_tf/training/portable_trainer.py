@@ -17,10 +17,13 @@ hparams and run directory:
    (`init_checkpoint/ckpt-0.npz`, fresh optimizer), or step 0.
 2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
    reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
-   order); after each chunk the TensorBoard scalars (TensorBoard's own writer:
-   `portable_board`) and the progress line; a checkpoint every `save_checkpoints_steps` and at
-   the end. A non-finite loss stops the run without saving. SIGTERM stops it after the step
-   under way, saves, and raises `Preempted` (exit status 42).
+   order, decoded ahead in a thread), `steps_per_execution` steps per compiled call on JAX
+   (`portable_support.steps_per_execution`: it divides the loop and the checkpoint interval, so
+   they end at a call's end); after each chunk the TensorBoard scalars (TensorBoard's own
+   writer: `portable_board`) and the progress line; a checkpoint every
+   `save_checkpoints_steps` and at the end. A non-finite loss stops the run without saving.
+   SIGTERM stops it at the end of a call (at most `steps_per_execution` steps after the signal,
+   plus the calls already dispatched), saves, and raises `Preempted` (exit status 42).
 3. Evaluate on the held-out split (`eval_results.txt`, `eval/` scalars).
 
 A checkpoint holds the weights (dropout and sampling seed states included), the optimizer (its
@@ -39,6 +42,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from typing import Dict, List, Optional
 
 import keras
@@ -155,9 +159,11 @@ class PortableTrainer(run_base.LockedRun):
         self.model.build_from_sequence_length()
         self.optimizer, self.schedule = optimization.create_optimizer(
             config, config.optimizer, generator_variables=self.model.generator_variables())
+        self.steps_per_execution = portable_support.steps_per_execution(config)
         self.model.compile(optimizer=self.optimizer,
                            gradient_accumulation_steps=config.gradient_accumulation_steps,
-                           disc_auc_include_padding=False)
+                           disc_auc_include_padding=False,
+                           steps_per_execution=self.steps_per_execution)
         self.optimizer.build(self.model.trainable_variables)
 
     def _start(self) -> None:
@@ -204,7 +210,7 @@ class PortableTrainer(run_base.LockedRun):
     def _train_reader(self, seed: int) -> BatchReader:
         return portable_resume.train_reader(self.config,
                             dataset_checks.record_plan(self.dataset_summaries, "train"), seed,
-                            self.hosts)
+                            self.hosts, prefetch=max(2, self.steps_per_execution))
 
     def close(self) -> None:
         """Releases the reader and the run directory's lock (idempotent)."""
@@ -238,9 +244,10 @@ class PortableTrainer(run_base.LockedRun):
             self._save()
         self.stop.agree()  # a SIGTERM during the set-up, on any host
         self._probe(writer, start_step, end_step)  # step 0: the untrained baseline
-        logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s)",
-                    start_step, config.num_train_steps, config.train_batch_size,
-                    self.num_devices, config.backend)
+        logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s, "
+                    "%d step(s) per call)", start_step, config.num_train_steps,
+                    config.train_batch_size, self.num_devices, config.backend,
+                    self.steps_per_execution)
         scalars: Dict[str, float] = {}
         run_start = time.time()
         try:
@@ -277,22 +284,34 @@ class PortableTrainer(run_base.LockedRun):
                 writer.flush()
 
     def _train_chunk(self, num_steps: int) -> Dict[str, float]:
-        """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`)."""
+        """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`).
+
+        A SIGTERM ends the chunk at a call's end: the batches stop at a multiple of
+        `steps_per_execution` (one host; several hosts train every chunk whole and stop together
+        after it). No callback reads the step's logs, so Keras never waits for the device
+        between calls: the host reads and dispatches ahead while the device computes.
+        """
         step = self.step
         states: List[dict] = []
         tokens: List[int] = []
         reader = iter(self.reader)
+        per_call = self.steps_per_execution
+        may_stop = not self.hosts.several
 
         def batches():
-            for _ in range(num_steps):
+            for i in range(num_steps):
+                if may_stop and i and i % per_call == 0 and self.stop.requested:
+                    return  # the end of a call: fit() ends after the calls of the batches so far
                 states.append(self.reader.state())
                 batch = next(reader)
                 tokens.append(int(batch["input_mask"].sum()))
                 yield (batch,)  # Keras takes tuples from generators: (inputs,)
 
         t0 = time.time()
-        history = self.model.fit(batches(), steps_per_epoch=num_steps, epochs=1, verbose=0,
-                                 shuffle=False, callbacks=self._stop_callbacks())
+        with warnings.catch_warnings():  # a stop ends the batches early, as it should
+            warnings.filterwarnings("ignore", message="Your input ran out of data")
+            history = self.model.fit(batches(), steps_per_epoch=num_steps, epochs=1, verbose=0,
+                                     shuffle=False)
         elapsed = time.time() - t0
         done = self.step - step
         # Keras reads ahead of the step it runs: put the reader back after the last trained
@@ -325,8 +344,8 @@ class PortableTrainer(run_base.LockedRun):
         return scalars
 
     def _stop_callbacks(self) -> list:
-        """Stops `fit()` / `evaluate()` after the batch under way on SIGTERM; none under several
-        hosts, which stop together between chunks (one host leaving a step would leave the others
+        """Stops `evaluate()` after the batch under way on SIGTERM; none under several hosts,
+        which stop together between chunks (one host leaving a step would leave the others
         waiting in its collective)."""
         return [] if self.hosts.several else [_StopCallback(self.stop)]
 
@@ -388,15 +407,12 @@ class PortableTrainer(run_base.LockedRun):
 
 
 class _StopCallback(keras.callbacks.Callback):
-    """Ends `fit()` / `evaluate()` after the batch under way once a stop is requested."""
+    """Ends `evaluate()` after the batch under way once a stop is requested (training stops
+    between calls: `_train_chunk`)."""
 
     def __init__(self, stop: preemption.HostStop):
         super().__init__()
         self.stop = stop
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.stop.requested:
-            self.model.stop_training = True
 
     def on_test_batch_end(self, batch, logs=None):
         if self.stop.requested:

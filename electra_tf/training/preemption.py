@@ -131,8 +131,9 @@ class StopRequest(_WatchedStop):
 
 
 class HostStop(_WatchedStop):
-    """A stop request of one process, read from Python between steps: the trainer on the JAX
-    and PyTorch backends (`portable_trainer`), whose steps return to Python after each one."""
+    """A stop request of one process, read from Python between compiled calls: the trainer on
+    the JAX and PyTorch backends (`portable_trainer`), whose calls (`steps_per_execution` steps
+    each) return to Python."""
 
     def __init__(self):
         super().__init__()

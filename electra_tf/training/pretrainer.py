@@ -52,7 +52,9 @@ class ElectraPretrainer(PretrainingModel):
                 (`PretrainingMetrics`).
             **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
                 loss and metrics are the objective's own: `loss`, `metrics` and the like are
-                refused.
+                refused. `steps_per_execution` k > 1: on JAX the k steps are one compiled call
+                (`portable_fit.jax_train_function`: a scan over k stacked batches, the
+                metrics' results read once per call); Keras' PyTorch backend allows 1 only.
 
         Raises:
             ValueError: a loss or metrics given, or an optimizer that cannot be used here.
@@ -73,6 +75,10 @@ class ElectraPretrainer(PretrainingModel):
             self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
                                                       jit_compile, disc_auc_include_padding)
             return
+        if keras.backend.backend() == "torch" and kwargs.get("steps_per_execution", 1) != 1:
+            raise ValueError(f"ElectraPretrainer.compile: steps_per_execution must be 1 on the "
+                             f"PyTorch backend (Keras runs its steps one by one there), got "
+                             f"{kwargs['steps_per_execution']}")
         # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
         super().compile(optimizer=optimizer,
                         jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
@@ -87,6 +93,28 @@ class ElectraPretrainer(PretrainingModel):
             return _keras_fit().fit_train_step(state, *args)
         step = portable_fit.jax_train_step if backend == "jax" else portable_fit.torch_train_step
         return step(self, state, *args)
+
+    def make_train_function(self, force=False):
+        # JAX with steps_per_execution k > 1: k steps in one compiled call (Keras' own calls its
+        # jitted step k times from Python).
+        if (keras.backend.backend() != "jax" or self.steps_per_execution <= 1
+                or self.run_eagerly or not self.jit_compile):
+            return super().make_train_function(force=force)
+        if self.train_function is None or force:
+            self.train_function = portable_fit.jax_train_function(
+                self, self._compiled_state(), self.steps_per_execution)
+        return self.train_function
+
+    def evaluate(self, *args, **kwargs):
+        # Keras' JAX loop with steps_per_execution k takes k batches per call whatever `steps`
+        # says (past it when k does not divide it): evaluation runs one batch per call.
+        if keras.backend.backend() != "jax" or self.steps_per_execution <= 1:
+            return super().evaluate(*args, **kwargs)
+        steps_per_execution, self.steps_per_execution = self.steps_per_execution, 1
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            self.steps_per_execution = steps_per_execution
 
     def test_step(self, *args):
         state = self._compiled_state()

@@ -9,6 +9,8 @@ fresh weights differ; everything after the start is the backends' own). Checked:
 - PyTorch too;
 - SIGTERM (exit 42, "stopped by SIGTERM", a save), then SIGKILL mid-run, then the same command:
   the final weights and losses of the uninterrupted run, bit for bit;
+- 5 steps per compiled call (steps_per_execution): a SIGTERM stops at a call's end, and the
+  rerun ends on the weights of one step per call, bit for bit;
 - 2 JAX CPU devices (`keras.distribution.DataParallel`) give the 1-device run's losses;
 - unsupported combinations are one-line errors naming the flag.
 """
@@ -167,6 +169,39 @@ def test_sigterm_then_sigkill_then_rerun_ends_on_the_uninterrupted_weights(data_
     assert re.search(r"restored \S+ckpt-(2\d|30)\.npz", log), log[-3000:]
     assert fx.final_fingerprint(log) == jax_run["fingerprint"]
     _assert_losses_equal(model_dir, reference)
+
+
+def test_several_steps_per_call_stop_at_a_call_end_and_end_on_the_same_weights(
+        data_dir, reference, jax_run, tmp_path):
+    """steps_per_execution 5 in loops of 10 (issue 45): a SIGTERM stops at a call's end (a
+    multiple of 5), the rerun ends on the weights of the run with one step per call, bit for bit,
+    and each loop's mean losses are the means of the TensorFlow trainer's per-step losses."""
+    name = "jax_k5"
+    hparams = dict(HPARAMS, iterations_per_loop=10, steps_per_execution=5)
+    model_dir = _model_dir(data_dir, name)
+    _seed(data_dir, name, reference)
+    command = _command(data_dir, name, hparams=hparams)
+    returncode, log = faults.sigterm_when(command, fx.subprocess_env(), tmp_path / "k5.log",
+                                          r"step 10/30")
+    assert returncode == 42, log[-3000:]
+    assert "5 step(s) per call" in log
+    # within a loop, between loops, or (a late signal) in the held-out eval after step 30
+    step = int(re.search(r"stopped by SIGTERM (?:during the evaluation )?at step (\d+)", log)
+               .group(1))
+    assert step % 5 == 0 and 10 <= step <= 30, step
+    proc = subprocess.run(command, env=fx.subprocess_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT, cwd=fx.REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert fx.final_fingerprint(proc.stderr) == jax_run["fingerprint"]
+    # the held-out eval runs one batch per call: num_eval_steps (2) batches, not a call's 5
+    assert _eval_results(model_dir) == _eval_results(_model_dir(data_dir, "jax"))
+    got = fx.read_scalars(model_dir, LOSSES)
+    assert {10, 20, 30} <= set(got["total_loss"]) <= {10, 15, 20, 25, 30}
+    for tag in LOSSES:
+        logged = sorted(got[tag])
+        for start, end in zip([0] + logged, logged):  # each loop's steps (start, end]
+            want = np.mean([reference["scalars"][tag][s] for s in range(start + 1, end + 1)])
+            np.testing.assert_allclose(got[tag][end], want, rtol=1e-4, err_msg=f"{tag} {end}")
 
 
 @pytest.mark.parametrize("backend, hparams, flag", [
