@@ -11,6 +11,12 @@ memory of:
                   .optimizer)`, then `fit()` on NumPy batches (Keras jits the whole step:
                   masking, Gumbel sampling, both encoders, losses, clipping, AdamW, metrics).
                   Each timed window is one `fit()` call.
+  electra_tf_jax_trainer  (not in the default run) the trainer `run_pretraining.py --backend jax`
+                  runs (`PortableTrainer`, the same model and step) on TFRecord shards written
+                  into a temp dir: each timed window is one training loop
+                  (`PortableTrainer._train_chunk`: the TensorFlow-free reader decoding ahead in
+                  its thread, `fit()` over its batches, the loop's scalars); checkpoints and
+                  TensorBoard writes, once per loop, are left out.
   torch           Hugging Face transformers' `ElectraForMaskedLM` + `ElectraForPreTraining`
                   wired with the same objective (benchmarks/torch_electra.py), eager, on the
                   same GPU; bf16 through `torch.autocast`.
@@ -25,6 +31,12 @@ precision they run at: `--fp32-precision default` (JAX's default, and
 `highest` (true float32 on both). FLOPs per step: 6 * tokens * (matmul weights + attention) +
 6 * masked * MLM head, as benchmarks/pretrain_step.py counts them.
 
+`--steps-per-execution 1,16` (the JAX rows): each value is a model (or trainer) of its own in the
+same subprocess, compiled with `steps_per_execution` k (k steps per compiled call: a scan over k
+batches, metrics read once per call; `portable_fit.jax_train_function`), their windows
+alternating (A, B, A, B), one row per value; the steps per window are a multiple of every k.
+Default: 1 (the step as Keras calls it, one call per step).
+
 Every (implementation, size, dtype) runs in its own subprocess, one after the other, so JAX and
 PyTorch never share the GPU (the JAX child runs with XLA_PYTHON_CLIENT_PREALLOCATE=false), with
 tensorflow and tensorflow_text unimportable (as on the GPU machine, where they are absent): the
@@ -35,6 +47,8 @@ is the median window. Peak device memory: JAX `memory_stats()["peak_bytes_in_use
 
     python benchmarks/gpu_step.py --out results.json       # the GPU run (--budget: 8 min)
     python benchmarks/gpu_step.py --smoke --out s.json     # tiny model on CPU JAX / PyTorch (CI)
+    python benchmarks/gpu_step.py --impl electra_tf_jax_trainer --size small --dtype bfloat16 \
+        --steps-per-execution 1,16 --no-peak --out t.json  # run_pretraining.py's rate, 1 vs 16
 
 On the lent GPU machine (no network, no TensorFlow) Keras and keras-hub travel as wheels:
 benchmarks/gpu_bundle.sh prints the command. Prints a markdown table and writes JSON to --out.
@@ -43,6 +57,7 @@ benchmarks/gpu_bundle.sh prints the command. Prints a markdown table and writes 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -61,9 +76,12 @@ sys.path.insert(0, REPO_ROOT)
 from benchmarks import pretrain_step  # noqa: E402  (stdlib only at import)
 from benchmarks.pretrain_step import NUM_WARMUP_STEPS, SEQ_LENGTH, SPECIAL, VOCAB_SIZE  # noqa: E402
 
-IMPLEMENTATIONS = ("electra_tf_jax", "torch", "torch_compile")
-LABELS = {"electra_tf_jax": "electra-tf (JAX, fit)", "torch": "HF PyTorch eager",
-          "torch_compile": "HF PyTorch torch.compile"}
+IMPLEMENTATIONS = ("electra_tf_jax", "torch", "torch_compile", "electra_tf_jax_trainer")
+DEFAULT_IMPLEMENTATIONS = IMPLEMENTATIONS[:3]
+JAX_WORKERS = ("electra_tf_jax", "electra_tf_jax_trainer", "peak")
+LABELS = {"electra_tf_jax": "electra-tf (JAX, fit)",
+          "electra_tf_jax_trainer": "electra-tf (JAX, run_pretraining)",
+          "torch": "HF PyTorch eager", "torch_compile": "HF PyTorch torch.compile"}
 SIZES = ("small", "base")
 DTYPES = ("bfloat16", "float32")
 # Unimportable in every child, as on the GPU machine: the JAX and PyTorch rows never need them,
@@ -74,6 +92,9 @@ POOL = 8  # distinct batches cycled through
 # --smoke: a tiny model (2 layers, hidden 64, embeddings 32) for a few steps on CPU.
 SMOKE_HPARAMS = {"model_hparam_overrides": {"hidden_size": 64, "num_hidden_layers": 2},
                  "embedding_size": 32}
+# --tiny: the smoke model at vocab 1,024 and sequence 32, whose step is so small that the
+# per-step host work (Keras' loop, dispatch, the reader) shows: 1 vs k steps per call on CPU.
+TINY_SHAPE = {"vocab_size": 1024, "max_seq_length": 32}
 SMOKE_SETTINGS = {"impl": ["electra_tf_jax", "torch"], "size": ["small"],
                   "dtype": ["float32"], "batch": 4, "steps": 2, "windows": 2,
                   "warmup": 0, "min_window": 0.0, "matmul_size": 256, "device": "cpu"}
@@ -85,15 +106,22 @@ TARGETS = {"vs_torch": 1.3, "vs_torch_compile": 1.0, "mfu": 0.45}
 # ------------------------------------------------------------------------------------------------
 # Model and FLOPs
 # ------------------------------------------------------------------------------------------------
-def pretraining_config(size: str, dtype: str, batch: int, smoke: bool):
-    """electra-tf's PretrainingConfig of one row (the size preset, seq 128, this batch)."""
+def pretraining_config(size: str, dtype: str, batch: int, smoke: bool, tiny: bool = False):
+    """electra-tf's PretrainingConfig of one row (the size preset, seq 128, this batch; --tiny:
+    the smoke model at `TINY_SHAPE`)."""
     from electra_tf.config import PretrainingConfig
 
     hparams = {"model_size": size, "vocab_size": VOCAB_SIZE, "max_seq_length": SEQ_LENGTH,
                "train_batch_size": batch, "num_warmup_steps": NUM_WARMUP_STEPS,
                "mixed_precision": "mixed_bfloat16" if dtype == "bfloat16" else "float32"}
-    hparams.update(SMOKE_HPARAMS if smoke else {})
+    hparams.update(SMOKE_HPARAMS if smoke or tiny else {})
+    hparams.update(TINY_SHAPE if tiny else {})
     return PretrainingConfig.create("gpu_step", "unused", hparams)
+
+
+def data_shape(config) -> dict:
+    """The vocab size and sequence length of `config`, for pretrain_step's data helpers."""
+    return {"vocab_size": config.vocab_size, "seq_length": config.max_seq_length}
 
 
 def model_flops(config, batch: int) -> float:
@@ -119,22 +147,48 @@ def measure(run_window, args, prepare=None) -> dict:
     """Times `run_window(steps)` (which returns the last loss after waiting for the device): the
     first call alone, then windows long enough to hide the per-call overhead (`prepare(steps)`
     is called, untimed, once the steps per window are known)."""
-    losses = []
-    start = time.perf_counter()
-    losses.append(run_window(1))
-    first = time.perf_counter() - start
-    steps = args.steps
-    start = time.perf_counter()
-    losses.append(run_window(steps))
-    probe = time.perf_counter() - start
+    return measure_variants({"": run_window}, args, prepare=prepare)[""]
+
+
+def measure_variants(run_windows, args, unit: int = 1, prepare=None, timed=None) -> dict:
+    """`measure` for several variants in one process: each one's first call (`unit` steps)
+    alone, then a probe of the first variant sizing the windows (a multiple of `unit` steps),
+    then the variants' windows alternating (A, B, A, B: load changes hit every variant alike).
+
+    Args:
+        run_windows: {name: run_window(steps) -> the last loss, after waiting for the device}.
+        args: the worker's arguments (steps, min_window, warmup, windows).
+        unit: int. Every window's steps are a multiple of it (each variant's steps per call).
+        prepare: called untimed with the steps per window once they are known.
+        timed: {name: seconds of the window just run} filled by a run_window that times itself
+            (the trainer's loop), else each window's wall time is taken.
+
+    Returns:
+        {name: {"first_call_seconds", "steps", "window_seconds", "losses"}}.
+    """
+    losses = {name: [] for name in run_windows}
+
+    def window(name, steps):
+        start = time.perf_counter()
+        losses[name].append(run_windows[name](steps))
+        return timed.pop(name) if timed is not None else time.perf_counter() - start
+
+    first = {name: window(name, unit) for name in run_windows}
+    steps = unit * math.ceil(args.steps / unit)
+    probe = window(next(iter(run_windows)), steps)
     if probe < args.min_window:
-        steps = math.ceil(steps * args.min_window / probe)
+        steps = unit * math.ceil(steps * args.min_window / probe / unit)
     if prepare:
         prepare(steps)
-    times = pretrain_step._timed_windows(lambda n: losses.append(run_window(n)), steps,
-                                         args.warmup, args.windows)
-    return {"first_call_seconds": first, "steps": steps, "window_seconds": times,
-            "losses": losses}
+    times = {name: [] for name in run_windows}
+    for w in range(args.warmup + args.windows):
+        for name in run_windows:
+            seconds = window(name, steps)
+            if w >= args.warmup:
+                times[name].append(seconds)
+    return {name: {"first_call_seconds": first[name], "steps": steps,
+                   "window_seconds": times[name], "losses": losses[name]}
+            for name in run_windows}
 
 
 def worker_electra_tf_jax(args) -> dict:
@@ -149,14 +203,17 @@ def worker_electra_tf_jax(args) -> dict:
 
     if args.fp32_precision == "highest":
         jax.config.update("jax_default_matmul_precision", "highest")
-    config = pretraining_config(args.size_one, args.dtype_one, args.batch, args.smoke)
+    config = pretraining_config(args.size_one, args.dtype_one, args.batch, args.smoke,
+                                args.tiny)
     keras.mixed_precision.set_global_policy(config.mixed_precision)
-    keras.utils.set_random_seed(0)
-    start = time.perf_counter()
-    model = ElectraPretrainer.from_pretraining_config(config, SpecialTokens(**SPECIAL))
-    model.compile(optimizer=create_optimizer(config).optimizer)
-    build = time.perf_counter() - start
-    pool = pretrain_step.numpy_batches(args.batch, POOL, seed=1)
+    models, build = {}, None
+    for k in args.steps_per_execution:  # one model per k, each from seed 0
+        keras.utils.set_random_seed(0)
+        start = time.perf_counter()
+        models[k] = ElectraPretrainer.from_pretraining_config(config, SpecialTokens(**SPECIAL))
+        models[k].compile(optimizer=create_optimizer(config).optimizer, steps_per_execution=k)
+        build = build or time.perf_counter() - start
+    pool = pretrain_step.numpy_batches(args.batch, POOL, seed=1, **data_shape(config))
     windows = {}  # steps -> that many batches as one dict of int32 arrays (built untimed once)
 
     def window_data(steps):
@@ -166,14 +223,77 @@ def worker_electra_tf_jax(args) -> dict:
                               for k in pool[0]}
         return windows[steps]
 
-    def run_window(steps):
+    def run_window(model, steps):
         data = window_data(steps)
         history = model.fit(data, batch_size=args.batch, epochs=1, shuffle=False, verbose=0)
         return float(history.history["loss"][-1])  # a host float: waits for the device
 
-    for steps in (1, args.steps):
+    unit = math.lcm(*args.steps_per_execution)
+    for steps in (unit, unit * math.ceil(args.steps / unit)):
         window_data(steps)
-    result = measure(run_window, args, prepare=window_data)
+    by_k = measure_variants({k: (lambda steps, m=m: run_window(m, steps))
+                             for k, m in models.items()}, args, unit=unit, prepare=window_data)
+    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
+    device = jax.devices()[0]
+    stats = device.memory_stats() or {}
+    result.update(build_seconds=build, device=_jax_device(device),
+                  peak_device_bytes=stats.get("peak_bytes_in_use"),
+                  matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+                  versions={"jax": jax.__version__, "jaxlib": _version("jaxlib"),
+                            "keras": keras.__version__, "keras_hub": keras_hub.__version__,
+                            "jax_backend": _jax_platform_version()})
+    return result
+
+
+def worker_electra_tf_jax_trainer(args) -> dict:
+    """The trainer of `run_pretraining.py --backend jax` (`PortableTrainer`), one per
+    `--steps-per-execution` value, on the same TFRecord shards (written here without
+    TensorFlow); a window is one training loop (`_train_chunk`), timed as the trainer times its
+    loops (its `examples_per_second`: the reader and fit(), which ends waiting for the device)."""
+    import jax
+    import keras
+    import keras_hub
+
+    from electra_tf.config import PretrainingConfig
+    from electra_tf.training.portable_trainer import PortableTrainer
+
+    if args.fp32_precision == "highest":
+        jax.config.update("jax_default_matmul_precision", "highest")
+    data_dir = tempfile.mkdtemp(prefix="gpu_step_trainer_")
+    trainers, timed = {}, {}
+    try:
+        base = pretraining_config(args.size_one, args.dtype_one, args.batch, args.smoke,
+                                  args.tiny)
+        pretrain_step.write_dataset(data_dir, num_shards=2,
+                                    examples_per_shard=max(512, 4 * args.batch),
+                                    **data_shape(base))
+        unit = math.lcm(*args.steps_per_execution)
+        build = None
+        for k in args.steps_per_execution:
+            start = time.perf_counter()
+            hparams = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
+                       if f.name in ("model_size", "vocab_size", "max_seq_length",
+                                     "train_batch_size", "num_warmup_steps", "mixed_precision",
+                                     "model_hparam_overrides", "embedding_size")}
+            hparams.update(backend="jax", steps_per_execution=k, iterations_per_loop=unit,
+                           save_checkpoints_steps=unit, num_train_steps=10 ** 7,
+                           do_eval=False, do_export=False, keep_checkpoint_max=1)
+            config = PretrainingConfig.create(f"k{k}", data_dir, hparams)
+            trainers[k] = PortableTrainer(config)
+            build = build or time.perf_counter() - start
+
+        def run_window(k, steps):
+            scalars = trainers[k]._train_chunk(steps)  # one training loop of `steps` steps
+            timed[k] = steps * args.batch / scalars["examples_per_second"]
+            return scalars["total_loss"]
+
+        by_k = measure_variants({k: (lambda steps, k=k: run_window(k, steps)) for k in trainers},
+                                args, unit=unit, timed=timed)
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
     device = jax.devices()[0]
     stats = device.memory_stats() or {}
     result.update(build_seconds=build, device=_jax_device(device),
@@ -196,14 +316,16 @@ def worker_torch(args) -> dict:
     if cuda:  # float32 matmuls as JAX's default runs them (measured by the peak worker)
         torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
         torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
-    config = pretraining_config(args.size_one, args.dtype_one, args.batch, args.smoke)
+    config = pretraining_config(args.size_one, args.dtype_one, args.batch, args.smoke,
+                                args.tiny)
     start = time.perf_counter()
     peer = TorchElectra.from_pretraining_config(
         config, SPECIAL, dtype=args.dtype_one, compile=args.worker == "torch_compile",
         device=device)
     build = time.perf_counter() - start
     batches = [{k: torch.from_numpy(v).to(device) for k, v in b.items()}
-               for b in pretrain_step.numpy_batches(args.batch, POOL, seed=1)]
+               for b in pretrain_step.numpy_batches(args.batch, POOL, seed=1,
+                                                    **data_shape(config))]
 
     def run_window(steps):
         for i in range(steps):
@@ -282,7 +404,8 @@ def _jax_platform_version():
         return None
 
 
-WORKERS = {"electra_tf_jax": worker_electra_tf_jax, "torch": worker_torch,
+WORKERS = {"electra_tf_jax": worker_electra_tf_jax,
+           "electra_tf_jax_trainer": worker_electra_tf_jax_trainer, "torch": worker_torch,
            "torch_compile": worker_torch, "peak": worker_peak}
 
 
@@ -327,10 +450,11 @@ def spawn(worker: str, args, extra, timeout: float) -> dict:
            result_file, "--batch", str(args.batch), "--steps", str(args.steps),
            "--windows", str(args.windows), "--warmup", str(args.warmup),
            "--min-window", str(args.min_window), "--matmul-size", str(args.matmul_size),
-           "--device", args.device, "--fp32-precision", args.fp32_precision] + extra
-    cmd += ["--smoke"] * args.smoke
+           "--device", args.device, "--fp32-precision", args.fp32_precision,
+           "--steps-per-execution", ",".join(map(str, args.steps_per_execution))] + extra
+    cmd += ["--smoke"] * args.smoke + ["--tiny"] * args.tiny
     env = dict(os.environ, HF_HUB_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
-    if worker in ("electra_tf_jax", "peak"):
+    if worker in JAX_WORKERS:
         env.update(KERAS_BACKEND="jax", XLA_PYTHON_CLIENT_PREALLOCATE="false")
         if args.device == "cpu":
             env["JAX_PLATFORMS"] = "cpu"
@@ -356,7 +480,7 @@ def summarize(impl, size, dtype, batch, result, peak, args) -> dict:
     row.update(result)
     if "error" in result or "skipped" in result:
         return row
-    config = pretraining_config(size, dtype, batch, args.smoke)
+    config = pretraining_config(size, dtype, batch, args.smoke, args.tiny)
     median = statistics.median(result["window_seconds"])
     row["step_seconds"] = median / result["steps"]
     row["sequences_per_second"] = batch / row["step_seconds"]
@@ -387,7 +511,11 @@ def markdown_table(rows) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, spec, scale=1: "-" if v is None else format(v * scale, spec)  # noqa: E731
     for r in rows:
-        head = f"| {LABELS[r['implementation']]} | {r['size']} | {r['dtype']} |"
+        label = LABELS[r["implementation"]]
+        if "steps_per_execution" in r and (r["steps_per_execution"] > 1
+                                           or r["implementation"] == "electra_tf_jax_trainer"):
+            label += f", {r['steps_per_execution']} step(s)/call"
+        head = f"| {label} | {r['size']} | {r['dtype']} |"
         if "sequences_per_second" not in r:
             why = r.get("skipped") or r.get("error", "").splitlines()[-1][:120]
             lines.append(f"{head} {'skipped' if 'skipped' in r else 'ERROR'}: {why} |"
@@ -456,15 +584,21 @@ def run_driver(args) -> int:
                     result = spawn(impl, args, ["--size-one", size, "--dtype-one", dtype,
                                                 "--tf32", tf32], args.timeout)
                     longest[impl] = max(longest.get(impl, 0.0), result["wall_seconds"])
-                row = summarize(impl, size, dtype, args.batch, result, peak, args)
-                rows.append(row)
-                if "sequences_per_second" in row:
-                    print(f"  {row['sequences_per_second']:.1f} seq/s; build "
-                          f"{row['build_seconds']:.1f} s, first call (compile + 1 step) "
-                          f"{row['first_call_seconds']:.1f} s, {row['steps']} steps/window, "
-                          f"child wall {row['wall_seconds']:.0f} s", flush=True)
-                else:
-                    print(f"  {row.get('skipped') or 'ERROR ' + row['error']}", flush=True)
+                variants = result.pop("variants", [{}])  # the JAX rows: one per k
+                for variant in variants:
+                    row = summarize(impl, size, dtype, args.batch, dict(result, **variant),
+                                    peak, args)
+                    rows.append(row)
+                    if "sequences_per_second" in row:
+                        per_call = (f"{variant['steps_per_execution']} step(s)/call: "
+                                    if variant else "")
+                        print(f"  {per_call}{row['sequences_per_second']:.1f} seq/s; build "
+                              f"{row['build_seconds']:.1f} s, first call (compile + "
+                              f"{variant.get('steps_per_execution', 1)} step(s)) "
+                              f"{row['first_call_seconds']:.1f} s, {row['steps']} steps/window, "
+                              f"child wall {row['wall_seconds']:.0f} s", flush=True)
+                    else:
+                        print(f"  {row.get('skipped') or 'ERROR ' + row['error']}", flush=True)
     add_ratios(rows)
     versions = {}
     for r in rows + [peak_result or {}]:
@@ -478,14 +612,15 @@ def run_driver(args) -> int:
                       f"{(peak_result or {}).get('float32_default_is_tf32', 'not measured')}), "
                       f"torch allow_tf32 {tf32}; " if args.fp32_precision == "default"
                       else "float32 rows: true float32 matmuls (precision highest, no TF32); ")
-    print(f"batch {args.batch}, seq {SEQ_LENGTH}; devices: {', '.join(devices) or '-'}; "
+    seq = TINY_SHAPE["max_seq_length"] if args.tiny else SEQ_LENGTH
+    print(f"batch {args.batch}, seq {seq}; devices: {', '.join(devices) or '-'}; "
           f"{precision_note if 'float32' in args.dtype else ''}MFU against the measured "
           "matmul peak "
           f"({', '.join(f'{k} {v:.1f}' for k, v in (peak or {}).items()) or 'not measured'} "
           f"TFLOP/s)")
     print("versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     print(f"command: {command}")
-    for line in target_lines(rows, args.smoke):
+    for line in target_lines(rows, args.smoke or args.tiny):
         print(line)
     report = {"command": command,
               "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
@@ -493,8 +628,9 @@ def run_driver(args) -> int:
               "machine": info, "versions": dict(versions, python=platform.python_version()),
               "settings": {k: getattr(args, k) for k in (
                   "batch", "steps", "windows", "warmup", "min_window", "matmul_size", "device",
-                  "fp32_precision", "budget")},
-              "torch_allow_tf32": tf32, "seq_length": SEQ_LENGTH, "matmul_peak": peak_result,
+                  "fp32_precision", "budget", "steps_per_execution")},
+              "torch_allow_tf32": tf32, "seq_length": seq, "tiny": args.tiny,
+              "matmul_peak": peak_result,
               "results": rows, "targets": TARGETS, "table": markdown_table(rows)}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
@@ -509,8 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     listed = lambda allowed: lambda text: pretrain_step._csv(text, allowed)  # noqa: E731
-    parser.add_argument("--impl", type=listed(IMPLEMENTATIONS), default=list(IMPLEMENTATIONS),
-                        help="implementations, comma-separated. Default: all")
+    parser.add_argument("--impl", type=listed(IMPLEMENTATIONS),
+                        default=list(DEFAULT_IMPLEMENTATIONS),
+                        help="implementations, comma-separated. Default: "
+                             + ",".join(DEFAULT_IMPLEMENTATIONS))
     parser.add_argument("--size", type=listed(SIZES), default=["base", "small"],
                         help="model sizes, run in this order. Default: base,small")
     parser.add_argument("--dtype", type=listed(DTYPES), default=list(DTYPES),
@@ -520,6 +658,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=positive_int, default=10,
                         help="steps of the first timed window (raised to --min-window). "
                              "Default: 10")
+    parser.add_argument("--steps-per-execution", type=lambda v: pretrain_step._csv(v, None, int),
+                        default=[1],
+                        help="the JAX rows' steps per compiled call, comma-separated: one row "
+                             "each, measured in one process, windows alternating. Default: 1")
     parser.add_argument("--min-window", type=float, default=1.0,
                         help="seconds a timed window lasts at least (hides fit()'s per-call "
                              "cost). Default: 1.0")
@@ -544,6 +686,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--smoke", action="store_true",
                         help="CI: a tiny model for a few steps on CPU JAX and CPU PyTorch ("
                              + ", ".join(f"{k} {v}" for k, v in SMOKE_SETTINGS.items()) + ")")
+    parser.add_argument("--tiny", action="store_true",
+                        help="the --smoke model at vocab %d and sequence %d (with --smoke's "
+                             "settings unless given): a step small enough that the per-step "
+                             "host work shows, e.g. with --steps-per-execution 1,16 on CPU"
+                             % (TINY_SHAPE["vocab_size"], TINY_SHAPE["max_seq_length"]))
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "benchmarks", "results",
                                                       "gpu_step.json"),
                         help="JSON results. Default: benchmarks/results/gpu_step.json")
@@ -561,7 +708,7 @@ def main(argv=None) -> int:
     if args.worker:
         run_worker(args)
         return 0
-    if args.smoke:
+    if args.smoke or args.tiny:
         given = {arg.split("=")[0] for arg in (sys.argv[1:] if argv is None else argv)}
         explicit = {a.dest for a in parser._actions if given & set(a.option_strings)}
         for key, value in SMOKE_SETTINGS.items():

@@ -127,42 +127,44 @@ def step_flops(batch_size, seq_length=SEQ_LENGTH, masked=MAX_PREDICTIONS):
 # ------------------------------------------------------------------------------------------------
 # Data
 # ------------------------------------------------------------------------------------------------
-def make_vocab_tokens():
+def make_vocab_tokens(vocab_size=VOCAB_SIZE):
     from electra_tf.vocab import REQUIRED_TOKENS
 
-    tokens = [f"[unused{i}]" for i in range(VOCAB_SIZE)]
+    tokens = [f"[unused{i}]" for i in range(vocab_size)]
     for name, token in zip(("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"), REQUIRED_TOKENS):
         tokens[SPECIAL[name]] = token
     return tokens
 
 
-def random_segments(rng, num_examples):
+def random_segments(rng, num_examples, vocab_size=VOCAB_SIZE, seq_length=SEQ_LENGTH):
     """Full-length packed examples (as the builder writes for a real corpus): two segments."""
     low = 1000  # ordinary word-piece ids, no special tokens
     out = []
     for _ in range(num_examples):
-        body = rng.integers(low, VOCAB_SIZE, SEQ_LENGTH - 3).tolist()
-        cut = int(rng.integers(8, SEQ_LENGTH - 11))
+        body = rng.integers(low, vocab_size, seq_length - 3).tolist()
+        cut = int(rng.integers(8, seq_length - 11))
         out.append((body[:cut], body[cut:]))
     return out
 
 
-def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0):
-    """vocab.txt + pretrain_tfrecords/{shards, manifest.json} in the builder's layout."""
+def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0,
+                  vocab_size=VOCAB_SIZE, seq_length=SEQ_LENGTH):
+    """vocab.txt + pretrain_tfrecords/{shards, manifest.json} in the builder's layout (written
+    without TensorFlow: `record_framing.RecordWriter` writes what `tf.io.TFRecordWriter` does)."""
     import numpy as np
-    import tensorflow as tf
 
     from electra_tf.data import tfrecord_io
+    from electra_tf.data.record_framing import RecordWriter
     from electra_tf.data.example_builder import PackedExample
     from electra_tf.vocab import file_sha256
 
     vocab_path = os.path.join(data_dir, "vocab.txt")
-    tokens = make_vocab_tokens()
+    tokens = make_vocab_tokens(vocab_size)
     with open(vocab_path, "w", encoding="utf-8") as f:
         f.write("\n".join(tokens) + "\n")
     out = os.path.join(data_dir, "pretrain_tfrecords")
     os.makedirs(out, exist_ok=True)
-    serializer = tfrecord_io.ExampleSerializer(SEQ_LENGTH, SPECIAL["cls_id"], SPECIAL["sep_id"])
+    serializer = tfrecord_io.ExampleSerializer(seq_length, SPECIAL["cls_id"], SPECIAL["sep_id"])
     rng = np.random.default_rng(seed)
     splits = {}
     for split, prefix, count in (("train", tfrecord_io.TRAIN_PREFIX, num_shards),
@@ -171,8 +173,9 @@ def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0):
         for i in range(count):
             name = tfrecord_io.shard_name(prefix, i, count)
             path = os.path.join(out, name)
-            examples = [PackedExample(a, b, 0) for a, b in random_segments(rng, examples_per_shard)]
-            with tf.io.TFRecordWriter(path) as writer:
+            examples = [PackedExample(a, b, 0) for a, b in
+                        random_segments(rng, examples_per_shard, vocab_size, seq_length)]
+            with RecordWriter(path) as writer:
                 for record in serializer.serialize(examples):
                     writer.write(record)
             shards.append({"file": name, "examples": examples_per_shard,
@@ -180,8 +183,8 @@ def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0):
         splits[split] = {"examples": examples_per_shard * count, "shards": shards}
     manifest = {
         "format_version": tfrecord_io.MANIFEST_FORMAT_VERSION,
-        "features": {n: ["int64", SEQ_LENGTH] for n in tfrecord_io.FEATURE_NAMES},
-        "max_seq_length": SEQ_LENGTH,
+        "features": {n: ["int64", seq_length] for n in tfrecord_io.FEATURE_NAMES},
+        "max_seq_length": seq_length,
         "vocab": {"path": vocab_path, "sha256": file_sha256(vocab_path), "size": len(tokens)},
         "do_lower_case": True, "strip_accents": True, "splits": splits,
         "note": "random ids written by benchmarks/pretrain_step.py",
@@ -191,16 +194,17 @@ def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0):
     return data_dir
 
 
-def numpy_batches(batch_size, count, seed=0):
+def numpy_batches(batch_size, count, seed=0, vocab_size=VOCAB_SIZE, seq_length=SEQ_LENGTH):
     """`count` batches of the same kind of examples, as numpy int arrays (for torch)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(count):
-        ids = np.zeros([batch_size, SEQ_LENGTH], np.int64)
-        segment = np.zeros([batch_size, SEQ_LENGTH], np.int64)
-        for b, (first, second) in enumerate(random_segments(rng, batch_size)):
+        ids = np.zeros([batch_size, seq_length], np.int64)
+        segment = np.zeros([batch_size, seq_length], np.int64)
+        for b, (first, second) in enumerate(random_segments(rng, batch_size, vocab_size,
+                                                            seq_length)):
             row = [SPECIAL["cls_id"]] + first + [SPECIAL["sep_id"]] + second + [SPECIAL["sep_id"]]
             ids[b] = row
             segment[b, len(first) + 2:] = 1

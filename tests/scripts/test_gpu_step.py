@@ -99,3 +99,29 @@ def test_smoke_runs_without_tensorflow(tmp_path):
     assert rows["electra_tf_jax"]["vs_torch"] > 0
     assert report["matmul_peak"]["tflops"]["float32"] > 0
     assert report["table"] in proc.stdout
+
+
+@pytest.mark.slow
+def test_tiny_trainer_rows_one_per_steps_per_execution(tmp_path):
+    """--tiny: the trainer of run_pretraining.py --backend jax on shards the benchmark writes,
+    one trainer per --steps-per-execution value in one child, one row each (issue 45)."""
+    backends.require("jax")
+    out = tmp_path / "trainer.json"
+    proc = subprocess.run([sys.executable, os.path.join(fx.REPO_ROOT, "benchmarks", "gpu_step.py"),
+                           "--tiny", "--impl", "electra_tf_jax_trainer",
+                           "--steps-per-execution", "1,2", "--no-peak", "--steps", "3",
+                           "--windows", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300,
+                          env=fx.subprocess_env(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = report["results"]
+    assert [(r["implementation"], r["steps_per_execution"]) for r in rows] == [
+        ("electra_tf_jax_trainer", 1), ("electra_tf_jax_trainer", 2)]
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert row["steps"] == 4 and len(row["window_seconds"]) == 1  # a multiple of 2 steps
+        assert row["sequences_per_second"] > 0 and row["tensorflow_loaded"] is False
+    assert report["tiny"] and report["seq_length"] == gpu_step.TINY_SHAPE["max_seq_length"]
+    assert "| electra-tf (JAX, run_pretraining), 2 step(s)/call | small | float32 |" in proc.stdout
+
