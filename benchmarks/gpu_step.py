@@ -194,7 +194,6 @@ def measure_variants(run_windows, args, unit: int = 1, prepare=None, timed=None)
 def worker_electra_tf_jax(args) -> dict:
     import jax
     import keras
-    import keras_hub
     import numpy as np
 
     from electra_tf.training.optimization import create_optimizer
@@ -233,16 +232,7 @@ def worker_electra_tf_jax(args) -> dict:
         window_data(steps)
     by_k = measure_variants({k: (lambda steps, m=m: run_window(m, steps))
                              for k, m in models.items()}, args, unit=unit, prepare=window_data)
-    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
-    device = jax.devices()[0]
-    stats = device.memory_stats() or {}
-    result.update(build_seconds=build, device=_jax_device(device),
-                  peak_device_bytes=stats.get("peak_bytes_in_use"),
-                  matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
-                  versions={"jax": jax.__version__, "jaxlib": _version("jaxlib"),
-                            "keras": keras.__version__, "keras_hub": keras_hub.__version__,
-                            "jax_backend": _jax_platform_version()})
-    return result
+    return _jax_variants_result(by_k, build)
 
 
 def worker_electra_tf_jax_trainer(args) -> dict:
@@ -251,8 +241,6 @@ def worker_electra_tf_jax_trainer(args) -> dict:
     TensorFlow); a window is one training loop (`_train_chunk`), timed as the trainer times its
     loops (its `examples_per_second`: the reader and fit(), which ends waiting for the device)."""
     import jax
-    import keras
-    import keras_hub
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.training.portable_trainer import PortableTrainer
@@ -293,16 +281,7 @@ def worker_electra_tf_jax_trainer(args) -> dict:
         for trainer in trainers.values():
             trainer.close()
         shutil.rmtree(data_dir, ignore_errors=True)
-    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
-    device = jax.devices()[0]
-    stats = device.memory_stats() or {}
-    result.update(build_seconds=build, device=_jax_device(device),
-                  peak_device_bytes=stats.get("peak_bytes_in_use"),
-                  matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
-                  versions={"jax": jax.__version__, "jaxlib": _version("jaxlib"),
-                            "keras": keras.__version__, "keras_hub": keras_hub.__version__,
-                            "jax_backend": _jax_platform_version()})
-    return result
+    return _jax_variants_result(by_k, build)
 
 
 def worker_torch(args) -> dict:
@@ -385,6 +364,25 @@ def _version(module: str):
         return version(module)
     except Exception:  # noqa: BLE001  (a record, never a failure)
         return None
+
+
+def _jax_variants_result(by_k: dict, build) -> dict:
+    """A JAX worker's result: one row per steps-per-execution value, the build time, the device,
+    its peak memory, the matmul precision and the versions."""
+    import jax
+    import keras
+    import keras_hub
+
+    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
+    device = jax.devices()[0]
+    stats = device.memory_stats() or {}
+    result.update(build_seconds=build, device=_jax_device(device),
+                  peak_device_bytes=stats.get("peak_bytes_in_use"),
+                  matmul_precision=str(jax.config.jax_default_matmul_precision or "default"),
+                  versions={"jax": jax.__version__, "jaxlib": _version("jaxlib"),
+                            "keras": keras.__version__, "keras_hub": keras_hub.__version__,
+                            "jax_backend": _jax_platform_version()})
+    return result
 
 
 def _jax_device(device) -> str:
