@@ -28,6 +28,8 @@ What it does (docs/experiments.md has the design and the results):
      (`frozen_generator_dir`: forward pass only), sampling at a temperature that falls linearly
      from `fast_electra_temperature_start` to 1 over stage 2 (`temperature_start`). Both stages
      have the same number of steps and together cost the budget.
+   - `electra_corrected` (issue 44): `electra` with Adam's bias correction
+     (`adam_bias_correction`), so the step right after warmup is `learning_rate`, not ~2x it.
 3. Fine-tuning (electra_tf.finetuning, official recipe with the small-model learning rate
    3e-4): every final model, and a randomly initialised encoder of the same size as the floor,
    on both tasks with several seeds (mean ± sample std); intermediate checkpoints on BBC News.
@@ -73,6 +75,10 @@ VARIANT_HPARAMS = {
     "gdes": {"embedding_sharing": "gdes"},
     "decoupled": {"decoupled_optimizers": True},
     "gdes_decoupled": {"embedding_sharing": "gdes", "decoupled_optimizers": True},
+    # Issue 44: the official recipe with Adam's bias correction. Uncorrected Adam after this
+    # run's 300-step warmup steps about 2x `learning_rate` (training/adam_warmup.py); this
+    # variant steps 1x, so it separates the schedule from the objective at this budget.
+    "electra_corrected": {"adam_bias_correction": True},
 }
 ALL_OBJECTIVES = OBJECTIVES + tuple(VARIANT_HPARAMS) + ("fast_electra",)
 TWO_STAGE = ("two_stage", "fast_electra")  # objectives charged a stage-1 run
