@@ -35,6 +35,7 @@ DOCUMENTED_EVERY = 1000
 
 def run_once(args, model_dir: str, probe: dict = None) -> dict:
     from electra_tf.config import PretrainingConfig
+    from electra_tf.finetuning import probe as probe_lib
     from electra_tf.training import trainer
 
     hparams = {"num_train_steps": args.steps, "num_warmup_steps": 10,
@@ -44,7 +45,7 @@ def run_once(args, model_dir: str, probe: dict = None) -> dict:
         hparams["probe"] = probe
     config = PretrainingConfig.create("probe_cost", args.data_dir, hparams)
     start = time.time()
-    results = trainer.run(config)
+    results = trainer.run(config, observers=probe_lib.for_run)
     return {"seconds": time.time() - start, "probe": results.get("probe", []),
             "examples_per_second": results["train"]["examples_per_second"]}
 

@@ -33,7 +33,7 @@ What it does (docs/experiments.md has the design and the results):
 3. Fine-tuning (electra_tf.finetuning, official recipe with the small-model learning rate
    3e-4): every final model, and a randomly initialised encoder of the same size as the floor,
    on both tasks with several seeds (mean ± sample std); intermediate checkpoints on BBC News.
-4. The learning probe (electra_tf.training.probe, the `probe` hparam's classifier) on every
+4. The learning probe (electra_tf.finetuning.probe, the `probe` hparam's classifier) on every
    kept checkpoint: a linear classifier on the frozen encoder's mean-pooled features of BBC News
    (1000 train / 212 dev articles), fit afresh per checkpoint. It runs after pretraining on the
    saved checkpoints (the same numbers the `probe` hparam logs during a run, without adding its
@@ -550,7 +550,8 @@ def probe_curve(settings: Settings, run: dict, raw_dir: str, cache_path: str) ->
     """The learning probe on each kept checkpoint of `run` (and step 0): [{step, dev_accuracy,
     train_accuracy, seconds}], cached in `cache_path` (a rerun probes only what is new)."""
     from electra_tf import probe_settings
-    from electra_tf.training import probe, run_dir
+    from electra_tf.finetuning import probe
+    from electra_tf.training import run_dir
 
     cached = {}
     if os.path.exists(cache_path):

@@ -101,18 +101,24 @@ def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.p
     """Runs the pretraining tool `prog` (see `run_cli` for errors and exit codes)."""
     def work():
         config = pretraining_config_from_args(args)
+        # The learning probe is built here (it reads a fine-tuning task) and handed to the run,
+        # which sees an observer only (training/ imports nothing of finetuning/).
+        from electra_tf.finetuning import probe
+
         if config.backend == "tensorflow":
             from electra_tf.training import trainer
 
             results = trainer.run(config, overwrite=args.overwrite,
-                                  profile_steps=getattr(args, "profile_steps", 0))
+                                  profile_steps=getattr(args, "profile_steps", 0),
+                                  observers=probe.for_run)
         else:
             from electra_tf.training import portable_trainer
 
             if getattr(args, "profile_steps", 0):
                 raise ConfigError("--profile-steps traces TensorFlow: it needs --backend "
                                   "tensorflow")
-            results = portable_trainer.run(config, overwrite=args.overwrite)
+            results = portable_trainer.run(config, overwrite=args.overwrite,
+                                           observers=probe.for_run)
         logger.info("results: %s", json.dumps(results, default=str, sort_keys=True))
 
     return run_cli(prog, work,

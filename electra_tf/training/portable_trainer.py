@@ -54,8 +54,9 @@ from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.training import (collapse, dataset_checks, hosts, optimization,
                                  portable_board, portable_checkpoint, portable_resume,
-                                 portable_support, preemption, probe, run_base, run_dir,
+                                 portable_support, preemption, run_base, run_dir,
                                  summaries)
+from electra_tf.training import observers as observers_lib
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import Vocab
 
@@ -72,8 +73,10 @@ class PortableTrainer(run_base.LockedRun):
         TrainingError, DataError, VocabError: bad inputs, one-line messages.
     """
 
-    def __init__(self, config: PretrainingConfig, overwrite: bool = False):
+    def __init__(self, config: PretrainingConfig, overwrite: bool = False,
+                 observers: Optional[observers_lib.ObserverFactory] = None):
         portable_support.check_supported(config)
+        self._observers = observers
         self.hosts = hosts.join(config)
         self.reader: Optional[BatchReader] = None
         try:
@@ -104,9 +107,10 @@ class PortableTrainer(run_base.LockedRun):
             resolved_mixed_precision_reason=self.precision.reason)
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
-        # The learning probe's task is read and encoded now (host 0 runs it).
-        self.probe = probe.Probe.for_run(config, self.vocab, probe.BATCH_SIZE * self.num_devices,
-                                         several_hosts=self.hosts.several)
+        # The observer (the learning probe) reads its inputs now (host 0 runs it).
+        self.observer = observers_lib.build(self._observers, config, self.vocab,
+                                            observers_lib.BATCH_SIZE * self.num_devices,
+                                            several_hosts=self.hosts.several)
 
     @property
     def num_devices(self) -> int:
@@ -275,9 +279,10 @@ class PortableTrainer(run_base.LockedRun):
         return scalars
 
     def _probe(self, writer, previous_step: int, end_step: int) -> None:
-        """The learning probe at this step if due (`probe.Probe.due`), beside the losses."""
-        if self.probe is not None and not self.stop.requested:
-            scalars = self.probe.maybe_run(previous_step, self.step, end_step,
+        """The observer's scalars at this step (the learning probe's when due), beside the
+        losses."""
+        if self.observer is not None and not self.stop.requested:
+            scalars = self.observer.observe(previous_step, self.step, end_step,
                                            self.model.discriminator)
             if scalars:
                 writer.scalars(self.step, scalars)
@@ -419,7 +424,8 @@ class _StopCallback(keras.callbacks.Callback):
             self.model.stop_evaluating = True
 
 
-def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
+def run(config: PretrainingConfig, overwrite: bool = False,
+        observers: Optional[observers_lib.ObserverFactory] = None) -> dict:
     """Trains and evaluates as the config says, on `config.backend` (jax or torch).
 
     Returns:
@@ -427,13 +433,13 @@ def run(config: PretrainingConfig, overwrite: bool = False) -> dict:
          "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
     with preemption.SigtermWatch(), hosts.stop_if_lost(config), \
-            PortableTrainer(config, overwrite=overwrite) as trainer:
+            PortableTrainer(config, overwrite=overwrite, observers=observers) as trainer:
         results = {}
         with trainer.stop:
             if config.do_train:
                 results["train"] = trainer.train()
-            if trainer.probe is not None:
-                results["probe"] = trainer.probe.results()
+            if trainer.observer is not None:
+                results["probe"] = trainer.observer.results()
             if config.do_eval:
                 results["eval"] = trainer.evaluate()
             if config.do_export:

@@ -38,8 +38,9 @@ from electra_tf.errors import Preempted, TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import (board, checkpoint_files, checkpointing, collapse,
                                  dataset_checks, frozen_generator, graph_leaks, inputs,
-                                 optimization, preemption, probe, run_base, run_dir, summaries,
-                                 train_step)
+                                 optimization, preemption, run_base, run_dir,
+                                 summaries, train_step)
+from electra_tf.training import observers as observers_lib
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
@@ -61,13 +62,16 @@ class Trainer(run_base.LockedRun):
             refuses a directory that is not a run (see `run_dir.remove_run`).
         profile_steps: int. Trace at least this many steps for TensorBoard's profiler
             (`board.Profiler`; 0: none).
+        observers: optional `observers.ObserverFactory` (the pretraining command gives the
+            learning probe's, `finetuning.probe.for_run`).
 
     Raises:
         TrainingError, DataError, VocabError, StrategyError: bad inputs, one-line messages.
     """
 
     def __init__(self, config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-                 overwrite: bool = False, profile_steps: int = 0):
+                 overwrite: bool = False, profile_steps: int = 0,
+                 observers: Optional[observers_lib.ObserverFactory] = None):
         run_base.check_keras_backend("tensorflow", "the TensorFlow trainer (--backend tensorflow)")
         self.config = config
         self.profile_steps = profile_steps
@@ -82,8 +86,10 @@ class Trainer(run_base.LockedRun):
         # Every input is checked before anything is written or deleted.
         self.vocab = self._check_vocab_and_batches()
         self.dataset_summaries = dataset_checks.check_datasets(config, self.vocab)
-        # The learning probe's task is read and encoded now (the chief alone runs it).
-        self.probe = probe.Probe.for_run(config, self.vocab) if self.chief else None
+        # The observer (the learning probe) reads its inputs now; the chief alone runs it.
+        self.observer = (observers_lib.build(observers, config, self.vocab,
+                                             observers_lib.BATCH_SIZE)
+                         if self.chief else None)
         # One writer per run directory, from here until close() (or the process's end).
         self._lock = run_dir.lock(self._checkpoint_dir(), training=config.do_train)
         try:
@@ -277,9 +283,10 @@ class Trainer(run_base.LockedRun):
         return scalars
 
     def _probe(self, writer, previous_step: int, end_step: int) -> None:
-        """The learning probe at this step if due (`probe.Probe.due`), beside the losses."""
-        if self.probe is not None and not self.stop.requested:
-            summaries.write_scalars(writer, self.step, self.probe.maybe_run(
+        """The observer's scalars at this step (the learning probe's when due), beside the
+        losses."""
+        if self.observer is not None and not self.stop.requested:
+            summaries.write_scalars(writer, self.step, self.observer.observe(
                 previous_step, self.step, end_step, self.model.discriminator))
 
     def _stop_preempted(self) -> None:
@@ -386,7 +393,8 @@ class Trainer(run_base.LockedRun):
 
 
 def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
-        overwrite: bool = False, profile_steps: int = 0) -> dict:
+        overwrite: bool = False, profile_steps: int = 0,
+        observers: Optional[observers_lib.ObserverFactory] = None) -> dict:
     """Trains, evaluates and exports as the config says.
 
     Args:
@@ -394,9 +402,10 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
         strategy: optional strategy (default: from `config.strategy`).
         overwrite: delete an existing run first (see `Trainer`).
         profile_steps: int. Steps to trace for TensorBoard's profiler (see `Trainer`).
+        observers: optional observer factory (see `Trainer`).
 
     Returns:
-        {"train": last loop's scalars, "probe": the learning probe's results (`probe.Probe.results`,
+        {"train": last loop's scalars, "probe": the observer's results (`RunObserver.results`,
          with the `probe` hparam), "eval": eval results, "export": SavedModel paths,
          "final": {"global_step", "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
@@ -405,7 +414,8 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
     # SIGTERM is watched from here: one received while the trainer is set up stops it at the
     # first step boundary (preemption.SigtermWatch), instead of killing the process.
     with preemption.SigtermWatch(), graph_leaks.custom_gradients_released(), \
-            Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps) as trainer:
+            Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps,
+                    observers=observers) as trainer:
         return _run(trainer)
 
 
@@ -415,8 +425,8 @@ def _run(trainer: Trainer) -> dict:
     with trainer.stop:  # SIGTERM in any phase below: Preempted (exit status 42)
         if config.do_train:
             results["train"] = trainer.train()
-        if trainer.probe is not None:
-            results["probe"] = trainer.probe.results()
+        if trainer.observer is not None:
+            results["probe"] = trainer.observer.results()
         if config.do_eval:
             results["eval"] = trainer.evaluate()
         if config.do_export and trainer.chief:

@@ -11,7 +11,7 @@ from electra_tf import probe_settings
 from electra_tf.config import PretrainingConfig
 from electra_tf.finetuning.task_files import DataFileError
 from electra_tf.hparams import ConfigError
-from electra_tf.training import linear_probe, probe
+from electra_tf.finetuning import linear_probe, probe
 from electra_tf.training import trainer as trainer_lib
 from tests import backends
 from tests import pretraining_fixtures as fx
@@ -197,7 +197,8 @@ def task_dir(tmp_path_factory):
 def runs(data_dir, task_dir):
     """The tiny run with the probe every 2 steps, and without it."""
     hparams = dict(RUN, probe={"task_dir": task_dir, "every_n_steps": 2, "max_dev_examples": 8})
-    with_probe = trainer_lib.run(fx.tiny_config(data_dir, "with_probe", **hparams))
+    with_probe = trainer_lib.run(fx.tiny_config(data_dir, "with_probe", **hparams),
+                                 observers=probe.for_run)
     without = trainer_lib.run(fx.tiny_config(data_dir, "without_probe", **RUN))
     return {"with": with_probe, "without": without,
             "model_dir": os.path.join(data_dir, "models", "with_probe")}
@@ -228,6 +229,15 @@ def test_a_bad_task_directory_stops_the_run_before_anything_is_written(data_dir,
     config = fx.tiny_config(data_dir, "bad_probe", **dict(
         RUN, probe={"task_dir": str(tmp_path / "nowhere")}))
     with pytest.raises(DataFileError, match="no such directory"):
+        trainer_lib.run(config, observers=probe.for_run)
+    assert not os.path.exists(config.model_dir)
+
+
+def test_a_run_given_no_probe_refuses_the_probe_hparam(data_dir, task_dir):
+    """The pretraining command hands the run its probe; a run without one does not drop the
+    hparam silently."""
+    config = fx.tiny_config(data_dir, "no_probe_given", **dict(RUN, probe={"task_dir": task_dir}))
+    with pytest.raises(probe.TrainingError, match="hparam probe: this run was given no"):
         trainer_lib.run(config)
     assert not os.path.exists(config.model_dir)
 
@@ -237,7 +247,7 @@ def test_under_mirrored_strategy_the_chief_probes_the_mirrored_weights(data_dir,
                                                                         mirrored_strategy):
     hparams = dict(RUN, num_train_steps=2, probe={"task_dir": task_dir, "every_n_steps": 2})
     results = trainer_lib.run(fx.tiny_config(data_dir, "mirrored_probe", **hparams),
-                              strategy=mirrored_strategy)
+                              strategy=mirrored_strategy, observers=probe.for_run)
     assert [(r["step"], r["dev_accuracy"]) for r in results["probe"]] == [(0, 1.0), (2, 1.0)]
 
 
@@ -252,8 +262,10 @@ def test_the_jax_trainer_logs_the_probe_too(data_dir, task_dir):
     out = backends.run_on_backend("jax", f"""
         import json
         from electra_tf.config import PretrainingConfig
+        from electra_tf.finetuning import probe
         from electra_tf.training import portable_trainer
-        results = portable_trainer.run(PretrainingConfig.from_dict(json.loads({config.to_json()!r})))
+        results = portable_trainer.run(PretrainingConfig.from_dict(json.loads({config.to_json()!r})),
+                                       observers=probe.for_run)
         out["steps"] = [r["step"] for r in results["probe"]]
         out["dev_accuracy"] = [r["dev_accuracy"] for r in results["probe"]]
         """, block_tensorflow=False)

@@ -1,6 +1,6 @@
 """The learning probe of a pretraining run: is the discriminator learning features that matter?
 
-With the `probe` hparam (`electra_tf.probe_settings`), the trainer fits a linear classifier on
+With the `probe` hparam (`electra_tf.probe_settings`), the run fits a linear classifier on
 frozen discriminator features of a small labelled task every `every_n_steps` steps and logs its dev
 accuracy beside the losses (`probe/dev_accuracy`, `probe/train_accuracy`, `probe/seconds`
 TensorBoard scalars and a console line). A healthy run's dev accuracy rises above its step-0
@@ -21,6 +21,9 @@ value and the majority-class baseline; a collapsed discriminator's falls back to
   that reaches or passes each multiple of `every_n_steps` (logged at that loop's last step), and
   at the last step of training. Not when a stop (SIGTERM) is under way. The chief (host 0) alone
   runs it.
+- Wiring: the pretraining command passes `for_run` to the run, which calls it after its input
+  checks and sees the probe only as a `training.observers.RunObserver` (`observe`, `results`):
+  training/ imports nothing of fine-tuning.
 
 Cost: bounded by construction, (max_train_examples + max_dev_examples) forward passes and one
 fit per probe, against every_n_steps x train_batch_size training examples (forward, backward and
@@ -42,7 +45,9 @@ from keras import ops
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError, shown_path
 from electra_tf import probe_settings
-from electra_tf.training import linear_probe
+from electra_tf.finetuning import linear_probe
+from electra_tf.pretraining.encoder_interface import sequence_output
+from electra_tf.training import observers, run_dir
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
@@ -50,7 +55,7 @@ logger = logging.getLogger("electra_tf")
 # The probe's subsample is the same for every run of a task, whatever the run's seed.
 SUBSAMPLE_SEED = 0
 # Examples per forward pass (sets are padded to a multiple, so every batch has one shape).
-BATCH_SIZE = 64
+BATCH_SIZE = observers.BATCH_SIZE
 INPUT_NAMES = ("input_ids", "input_mask", "segment_ids")
 SCALAR_PREFIX = "probe/"
 
@@ -98,6 +103,8 @@ def read_task(settings: probe_settings.ProbeSettings):
         DataFileError: no such directory, not a classification task, no labelled dev file,
             fewer than 2 labels (each naming the directory or file).
     """
+    # Here, not at the top: the registry imports every task family, TensorFlow with some, and
+    # a JAX run without a probe imports this module.
     from electra_tf.finetuning.registry import task_family
     from electra_tf.finetuning.task import CLASSIFICATION
     from electra_tf.finetuning.classification.data import load_task
@@ -128,9 +135,9 @@ def read_task(settings: probe_settings.ProbeSettings):
 def encode_task(settings: probe_settings.ProbeSettings, config: PretrainingConfig,
                 vocab: Vocab) -> ProbeData:
     """Reads and encodes the probe's task as the run's pretraining data was tokenised."""
+    # Here, not at the top: both import TensorFlow and tensorflow-text (checked in `for_run`).
     from electra_tf.data.tokenization import Tokenizer
     from electra_tf.finetuning.encoding import TextEncoder
-    from electra_tf.training import run_dir
 
     task, train, dev = read_task(settings)
     tokenization = run_dir.tokenization_settings(config)
@@ -182,8 +189,6 @@ class ProbeFeatures(keras.Model):
         self.pooling = pooling
 
     def call(self, inputs):
-        from electra_tf.pretraining.encoder_interface import sequence_output
-
         hidden = sequence_output(self.encoder, inputs["input_ids"], inputs["input_mask"],
                                  inputs["segment_ids"], training=False)
         return pooled_features(hidden, inputs["input_mask"], self.pooling)
@@ -264,9 +269,10 @@ class Probe:
         return step not in self.history and (
             step == 0 or step >= end_step or step // every > previous_step // every)
 
-    def maybe_run(self, previous_step: int, step: int, end_step: int,
-                  encoder) -> Dict[str, float]:
-        """The probe's scalars at `step` if it is due (`due`), else {}."""
+    def observe(self, previous_step: int, step: int, end_step: int,
+                encoder) -> Dict[str, float]:
+        """The probe's scalars at `step` if it is due (`due`), else {} (the run's observer
+        call: `training.observers.RunObserver`)."""
         return self.run(step, encoder) if self.due(previous_step, step, end_step) else {}
 
     def run(self, step: int, encoder) -> Dict[str, float]:
@@ -299,3 +305,10 @@ class Probe:
         """Every probe of this process, [{"step", "dev_accuracy", "train_accuracy", "seconds"}]."""
         return [{"step": step, **{k[len(SCALAR_PREFIX):]: v for k, v in scalars.items()}}
                 for step, scalars in sorted(self.history.items())]
+
+
+def for_run(config: PretrainingConfig, vocab: Vocab, batch_size: int = BATCH_SIZE,
+            several_hosts: bool = False) -> Optional[Probe]:
+    """The run's probe, or None (`Probe.for_run`): the `training.observers.ObserverFactory` the
+    pretraining command hands the run."""
+    return Probe.for_run(config, vocab, batch_size, several_hosts)

@@ -1,7 +1,7 @@
 """A linear probe: multinomial logistic regression on frozen features, fit from scratch.
 
 Pure numpy / scipy (no Keras, no global random state), so the learning probe of a pretraining
-run (`training.probe`) can call it between training loops without touching the run, and tests
+run (`finetuning.probe`) can call it between training loops without touching the run, and tests
 can check it on toy data. The fit is deterministic: features are standardised with the training
 set's mean and standard deviation, the weights start at zero and L-BFGS (scipy) minimises
 
