@@ -20,6 +20,7 @@ Examples:
   electra-finetune --model-name electra_small \\
       --hparams '{"task_names": ["ner"], "raw_data_dir": "DIR", "tagging_scheme": "BIOES"}'
   electra-finetune --backend jax --model-name electra_small --hparams '{"task_names": ["sst"]}'
+  electra-finetune --backend torch --model-name electra_small --hparams '{"task_names": ["chunk"]}'
 """
 
 from __future__ import annotations
@@ -66,13 +67,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "with, instead of a WordPiece vocab (the vocab_file hparam): checked "
                         "against the starting point's; with random_init, the vocabulary. The "
                         "fine-tuned SavedModels tokenise raw text with it in-graph")
-    parser.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow",
+    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"),
+                        default="tensorflow",
                         help="the Keras backend to fine-tune with: tensorflow (the default; every "
-                        "family, SavedModel export) or jax (no TensorFlow needed: classification "
-                        "and regression tasks; starts from a run of either backend, a "
-                        "TensorFlow one only where TensorFlow is installed too; saves the "
-                        "fine-tuned weights, <tasks>_model_<trial>/weights.npz, not a "
-                        "SavedModel; docs/finetuning.md, Fine-tuning on JAX)")
+                        "family, SavedModel export), jax or torch (no TensorFlow needed: "
+                        "classification, regression and tagging tasks; starts from a run of "
+                        "any backend, a TensorFlow one only where TensorFlow is installed too; "
+                        "checkpoints every save_checkpoints_steps steps, resumed by a rerun; "
+                        "saves the fine-tuned weights, <tasks>_model_<trial>/weights.npz, not a "
+                        "SavedModel; docs/finetuning.md, Fine-tuning on JAX and PyTorch)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing results and fine-tuned models of these tasks")
     console.add_verbosity_flags(parser)

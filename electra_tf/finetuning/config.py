@@ -103,7 +103,9 @@ class FinetuningConfig:
     layerwise_lr_decay: float = 0.8  # <= 0 disables; multiplier decay^(L+2-depth), see optimization.py
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    save_checkpoints_steps: int = 1000000  # accepted; fine-tuned weights are exported at the end
+    # JAX / PyTorch: save a checkpoint every this many steps (and at the end), resumed by a
+    # rerun; TensorFlow: accepted, nothing saved before the export at the end
+    save_checkpoints_steps: int = 1000000
     iterations_per_loop: int = 1000  # steps per compiled call
     use_tfrecords_if_existing: bool = True  # accepted; features are built in memory
 
@@ -270,6 +272,11 @@ class FinetuningConfig:
     def trial_model_dir(self, trial: int) -> str:
         """Where trial `trial` (1-based) exports: model_dir/<tasks>_model_<trial> (official naming)."""
         return os.path.join(self.model_dir, f"{self.task_names_str}_model_{trial}")
+
+    def trial_checkpoint_dir(self, trial: int) -> str:
+        """Where trial `trial` (1-based) of a JAX / PyTorch run saves its `ckpt-N.npz`:
+        model_dir/<tasks>_checkpoints_<trial> (the TensorFlow runner saves none)."""
+        return os.path.join(self.model_dir, f"{self.task_names_str}_checkpoints_{trial}")
 
     # --- Serialisation ------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -26,6 +26,7 @@ import keras
 from keras import ops
 
 from electra_tf.finetuning.regression.head import RegressionHead
+from electra_tf.finetuning.tagging.head import TaggingHead
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
                                         feature_or_zeros)
 from electra_tf.modeling import ops_kernels
@@ -92,16 +93,10 @@ def _qa_head():
     return QAHead
 
 
-def _tagging_head():
-    from electra_tf.finetuning.tagging.head import TaggingHead  # TensorFlow ops
-
-    return TaggingHead
-
-
 # Family -> head class (a function for the heads written in TensorFlow ops, so that the
-# classification and regression heads import on every backend).
+# classification, regression and tagging heads, keras.ops, import on every backend).
 HEAD_CLASSES = {CLASSIFICATION: lambda: ClassificationHead, REGRESSION: lambda: RegressionHead,
-                QUESTION_ANSWERING: _qa_head, TAGGING: _tagging_head}
+                QUESTION_ANSWERING: _qa_head, TAGGING: lambda: TaggingHead}
 
 
 def _normalized_spec(spec: Mapping[str, Any]) -> dict:

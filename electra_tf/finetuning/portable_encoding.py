@@ -4,7 +4,8 @@ The numpy twin of `encoding.TextEncoder.encode_examples`: the same layout ([CLS]
 [CLS] a [SEP] b [SEP], segment ids 0 then 1), the same truncation (BERT's `_truncate_seq_pair`
 in closed form, `truncated_pair_lengths`) and, through `data.portable_tokenization`'s
 `PortableTokenizer`, the same ids as the in-graph tokenizer (that module names the one class of
-input where they differ). Nothing here imports TensorFlow.
+input where they differ). Nothing here imports TensorFlow (`backend_tokenizer` does, lazily,
+on the TensorFlow backend only).
 """
 
 from __future__ import annotations
@@ -17,6 +18,26 @@ import numpy as np
 SINGLE_SPECIAL_TOKENS = 2
 PAIR_SPECIAL_TOKENS = 3
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids")
+
+
+def backend_tokenizer(vocab, do_lower_case: bool, strip_accents: bool):
+    """The fine-tuning run's tokenizer: the in-graph `data.tokenization.Tokenizer` on the
+    TensorFlow backend (the exported SavedModels run it), `PortableTokenizer` elsewhere (the
+    same ids, `encode_batch` alike, no TensorFlow).
+
+    Args:
+        vocab: electra_tf.vocab.Vocab.
+        do_lower_case, strip_accents: bool. BERT's normalisation.
+    """
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        from electra_tf.data.tokenization import Tokenizer
+
+        return Tokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
+    from electra_tf.data.portable_tokenization import PortableTokenizer
+
+    return PortableTokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
 
 
 def truncated_pair_lengths(len_a, len_b, budget):

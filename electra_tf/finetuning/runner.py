@@ -34,6 +34,8 @@ and regression families only, and step 2d writes the trained weights
 from __future__ import annotations
 
 import contextlib
+import itertools
+import json
 import logging
 import os
 import time
@@ -49,11 +51,12 @@ from electra_tf.finetuning import portable_runner
 from electra_tf.finetuning.config import PRECISIONS, FinetuningConfig
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
+from electra_tf.finetuning.portable_encoding import PortableTextEncoder, backend_tokenizer
 from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.registry import build_task, task_family
 from electra_tf.finetuning.task import SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed
 from electra_tf.progress import eta_seconds, format_duration
-from electra_tf.training import graph_leaks
+from electra_tf.training import graph_leaks, portable_checkpoint
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
 
@@ -154,17 +157,23 @@ def make_optimizer(model: FinetuningModel, config: FinetuningConfig, steps: int)
 
 def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: FinetuningConfig,
           seed: int, task_names: List[str], batches=None,
-          step_losses: Optional[List[float]] = None) -> Dict[str, float]:
+          step_losses: Optional[List[float]] = None,
+          checkpoints: Optional[portable_runner.TrialCheckpoints] = None) -> Dict[str, float]:
     """Trains `num_train_steps` steps on `training_table` records; returns {"steps",
-    "seconds", "final_loss"} (the loss is summed over the batch, as trained).
+    "seconds", "final_loss"} (the loss is summed over the batch, as trained), and on JAX /
+    PyTorch "resumed_from" (the step a checkpoint restored, 0 for none).
 
     On the Keras backend in use: TensorFlow (a `tf.function` loop over `tf.data`, shuffled
-    with `seed`) or JAX (`portable_runner.train`, numpy batches of `shuffled_batches`).
+    with `seed`) or JAX / PyTorch (`portable_runner.train`, numpy batches of
+    `shuffled_batches`, checkpoints and resume).
 
     Args:
         batches: optional iterable of {feature: numpy [batch, ...]} to train on instead of the
-            seeded shuffle (tests: the same batches on both backends).
+            seeded shuffle (tests: the same batches on every backend); a resumed trial skips
+            the steps it restored.
         step_losses: optional list; each reported chunk's mean loss is appended to it.
+        checkpoints: JAX / PyTorch: the trial's checkpoints (resumed from, saved to); None for
+            none.
     """
     n = len(table[TASK_ID])
     steps = num_train_steps(n, config)
@@ -188,12 +197,23 @@ def train(model: FinetuningModel, table: Dict[str, np.ndarray], config: Finetuni
             raise FinetuningError("official_gpu_clip_norm needs TensorFlow's IndexedSlices "
                                   "gradients: on JAX an embedding's gradient is dense (its "
                                   "repeated rows already summed); use --backend tensorflow")
+        resumed = portable_runner.Resumed(0, float("nan"))
+        if checkpoints is not None:
+            try:
+                resumed = portable_runner.resume_step(model, optimizer, checkpoints)
+            except ValueError as e:
+                raise FinetuningError(str(e)) from None
         if batches is None:
-            batches = portable_runner.shuffled_batches(table, config.train_batch_size, seed)
+            batches = portable_runner.shuffled_batches(table, config.train_batch_size, seed,
+                                                       start=resumed.step)
+        else:
+            batches = itertools.islice(batches, resumed.step, None)
         loss = portable_runner.train(
             model, optimizer, batches, steps, task_names,
-            lambda done, loss: report(done, loss, 1 if done % chunk else chunk), chunk)
-        return {"steps": steps, "seconds": time.time() - start, "final_loss": loss}
+            lambda done, loss: report(done, loss, 1 if done % chunk else chunk), chunk,
+            checkpoints, start=resumed)
+        return {"steps": steps, "seconds": time.time() - start, "final_loss": loss,
+                "resumed_from": resumed.step}
 
     import tensorflow as tf
 
@@ -313,6 +333,48 @@ def _check_outputs(config: FinetuningConfig, overwrite: bool) -> None:
                               "results and fine-tuned models of this run")
 
 
+def _json_clean(value):
+    """`value` as results.json stores it (tuples as lists, other objects as str)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _has_checkpoints(config: FinetuningConfig, backend: str) -> bool:
+    """Whether a JAX / PyTorch run left checkpoints of a trial of this config (a rerun resumes
+    them rather than refusing its own outputs)."""
+    return backend != "tensorflow" and any(
+        portable_checkpoint.checkpoints(config.trial_checkpoint_dir(t))
+        for t in range(1, config.num_trials + 1))
+
+
+def _completed_trials(config: FinetuningConfig, overwrite: bool) -> List[dict]:
+    """JAX / PyTorch: the trials an interrupted run of the same hparams finished (the records
+    of its results_json), which a rerun keeps. None without that file, after other hparams,
+    with `overwrite` (which removes the trials' checkpoints), or when every trial is done (a
+    rerun of a finished run: `_check_outputs` refuses its outputs without `overwrite`).
+    """
+    if overwrite:
+        for trial in range(1, config.num_trials + 1):
+            directory = config.trial_checkpoint_dir(trial)
+            for path in portable_checkpoint.checkpoints(directory):
+                os.remove(path)
+        return []
+    if not os.path.exists(config.results_json):
+        return []
+    try:
+        with open(config.results_json, encoding="utf-8") as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        return []
+    untrained = portable_runner.UNTRAINED_HPARAMS
+    mine = {k: v for k, v in _json_clean(config.to_dict()).items() if k not in untrained}
+    theirs = {k: v for k, v in (previous.get("config") or {}).items() if k not in untrained}
+    trials = previous.get("trials") or []
+    if (mine != theirs or previous.get("backend") == "tensorflow"
+            or not 0 < len(trials) < config.num_trials):
+        return []
+    return trials
+
+
 def _write_results(config: FinetuningConfig, results: dict) -> None:
     atomic.write_json(config.results_json, results, sort_keys=True, default=str,
                       ensure_ascii=False)
@@ -342,7 +404,13 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
     model = build_model(pretrained, tasks, seed)
     record = {"trial": trial, "seed": seed, "metrics": {}}
     if config.do_train:
-        record.update(train(model, table, config, seed, task_names))
+        checkpoints = None
+        if keras.backend.backend() != "tensorflow":
+            checkpoints = portable_runner.TrialCheckpoints(
+                config.trial_checkpoint_dir(trial), config.save_checkpoints_steps,
+                portable_runner.checkpoint_state(_json_clean(config.to_dict()), trial, seed,
+                                                 len(table[TASK_ID])))
+        record.update(train(model, table, config, seed, task_names, checkpoints=checkpoints))
     if config.do_eval:
         context = ScoreContext(results_dir, trial,
                                config.write_test_outputs and trial <= config.n_writes_test,
@@ -400,18 +468,12 @@ def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
 def _text_encoding(pretrained: Pretrained, max_seq_length: int):
     """(tokenizer, text encoder) of the run: in-graph on TensorFlow, TF-free elsewhere (the same
     ids: `data.portable_tokenization`)."""
+    tokenizer = backend_tokenizer(pretrained.vocab, pretrained.do_lower_case,
+                                  pretrained.strip_accents)
     if keras.backend.backend() == "tensorflow":
-        from electra_tf.data.tokenization import Tokenizer
         from electra_tf.finetuning.encoding import TextEncoder
 
-        tokenizer = Tokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
-                              strip_accents=pretrained.strip_accents)
         return tokenizer, TextEncoder(tokenizer, max_seq_length)
-    from electra_tf.data.portable_tokenization import PortableTokenizer
-    from electra_tf.finetuning.portable_encoding import PortableTextEncoder
-
-    tokenizer = PortableTokenizer(pretrained.vocab, do_lower_case=pretrained.do_lower_case,
-                                  strip_accents=pretrained.strip_accents)
     return tokenizer, PortableTextEncoder(tokenizer, max_seq_length)
 
 
@@ -433,7 +495,9 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         from electra_tf.training.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (strategy.py)
-    _check_outputs(config, overwrite)
+    done_trials = _completed_trials(config, overwrite) if backend != "tensorflow" else []
+    if not done_trials and not _has_checkpoints(config, backend):
+        _check_outputs(config, overwrite)
     pretrained = load_pretrained(config)
     tokenizer, text_encoder = _text_encoding(pretrained, config.max_seq_length)
     tasks = [build_task(name, config, pretrained, tokenizer, text_encoder)
@@ -469,7 +533,11 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
     results["precision"] = {"policy": choice.policy, "reason": choice.reason}
     keras.mixed_precision.set_global_policy(choice.policy)
     try:
-        for trial in range(1, config.num_trials + 1):
+        if done_trials:
+            logger.info("resuming: trial%s %s done (%s)", "s" if len(done_trials) > 1 else "",
+                        ", ".join(str(t["trial"]) for t in done_trials), config.results_json)
+            results["trials"] = done_trials
+        for trial in range(len(done_trials) + 1, config.num_trials + 1):
             # The trial's traced graphs go with its model (graph_leaks: TensorFlow's
             # custom-gradient registry would keep every trial's for the life of the process).
             with _graphs_released():

@@ -1,10 +1,11 @@
-"""Fine-tuning on JAX (issue 48, item 1): the TensorFlow runner's losses on the same weights and
-batches, the whole tool without TensorFlow, and the families JAX refuses.
+"""Fine-tuning on JAX and PyTorch (issue 48, item 1): the TensorFlow runner's losses on the same
+weights and batches, the whole tool without TensorFlow, and the family they refuse.
 
-The model (a classification and a regression head on one 2-layer encoder, dropout on) is built
-on TensorFlow in this process; its variables go to a JAX child (TensorFlow unimportable there,
-`tests/backends.py`) by position; both run `runner.train` (the official optimizer, layer-wise
-decay, warmup and decay, the clip) on the same 30 batches, one loss per step: rtol 1e-4.
+The model (a classification, a regression and a tagging head on one 2-layer encoder, dropout on)
+is built on TensorFlow in this process; its variables go to a JAX or PyTorch child (TensorFlow
+unimportable there, `tests/backends.py`) by position; each runs `runner.train` (the official
+optimizer, layer-wise decay, warmup and decay, the clip) on the same 30 batches, one loss per
+step: rtol 1e-4.
 """
 
 import json
@@ -20,10 +21,12 @@ from tests.finetuning_fixtures import REPO_ROOT, TINY_MODEL, corpus_tasks_dir
 
 STEPS, BATCH, SEQ = 30, 8, 32
 TASKS = [{"name": "topic", "family": "classification", "num_labels": 3},
-         {"name": "score", "family": "regression"}]
+         {"name": "score", "family": "regression"},
+         {"name": "tags", "family": "tagging", "num_labels": 5}]
+TASK_NAMES = [t["name"] for t in TASKS]
 ENCODER = dict(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                intermediate_size=128, embedding_size=32, max_position_embeddings=SEQ)
-HPARAMS = dict(task_names=["topic", "score"], random_init=True, train_batch_size=BATCH,
+HPARAMS = dict(task_names=TASK_NAMES, random_init=True, train_batch_size=BATCH,
                num_train_epochs=1, learning_rate=1e-3, warmup_proportion=0.2, log_steps=1,
                iterations_per_loop=1, max_seq_length=SEQ)
 
@@ -51,7 +54,8 @@ size = int(inp["batch"])
 batches = [{k: v[i * size:(i + 1) * size] for k, v in table.items()}
            for i in range(len(table["task_id"]) // size)]
 losses = []
-runner.train(model, table, config, 0, ["topic", "score"], batches=batches, step_losses=losses)
+runner.train(model, table, config, 0, [t["name"] for t in json.loads(str(inp["tasks"]))],
+             batches=batches, step_losses=losses)
 out["losses"] = np.array(losses)
 """
 
@@ -60,13 +64,24 @@ def _table(rng):
     n = STEPS * BATCH
     lengths = rng.integers(4, SEQ + 1, n)
     mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
-    task_id = rng.integers(0, 3, n).astype(np.int32)  # 2: padding records (no loss)
+    task_id = rng.integers(0, 4, n).astype(np.int32)  # 3: padding records (no loss)
+    # Tagging: up to `words` first sub-tokens among each record's real positions, in order.
+    words = np.where(task_id == 2, rng.integers(1, 8, n), 0)
+    positions = np.zeros((n, SEQ), np.int32)
+    for i in np.flatnonzero(words):
+        chosen = np.sort(rng.choice(np.arange(1, lengths[i]), min(words[i], lengths[i] - 1),
+                                    replace=False))
+        positions[i, :len(chosen)] = chosen
+    tagged = (positions > 0).astype(np.float32)
     return {"input_ids": (rng.integers(5, ENCODER["vocab_size"], (n, SEQ)) * mask).astype(np.int32),
             "input_mask": mask,
             "segment_ids": ((np.arange(SEQ)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32),
             "task_id": task_id,
             "topic_label_ids": np.where(task_id == 0, rng.integers(0, 3, n), 0).astype(np.int32),
-            "score_targets": np.where(task_id == 1, rng.random(n), 0.0).astype(np.float32)}
+            "score_targets": np.where(task_id == 1, rng.random(n), 0.0).astype(np.float32),
+            "tags_labels": (rng.integers(0, 5, (n, SEQ)) * tagged).astype(np.int32),
+            "tags_labels_mask": tagged,
+            "tags_labeled_positions": positions}
 
 
 def _run_tensorflow(code: str, inputs: dict) -> dict:
@@ -76,19 +91,28 @@ def _run_tensorflow(code: str, inputs: dict) -> dict:
     return scope["out"]
 
 
-@pytest.mark.slow
-def test_jax_fine_tuning_losses_equal_tensorflows_on_the_same_weights_and_batches(tmp_path):
-    backends.require("jax")
+@pytest.fixture(scope="module")
+def tensorflow_run(tmp_path_factory):
+    """The inputs and the TensorFlow runner's weights and losses, once for both backends."""
     rng = np.random.default_rng(0)
     inputs = {"encoder": np.array(json.dumps(ENCODER)), "tasks": np.array(json.dumps(TASKS)),
-              "hparams": np.array(json.dumps(HPARAMS)), "data_dir": np.array(str(tmp_path)),
+              "hparams": np.array(json.dumps(HPARAMS)),
+              "data_dir": np.array(str(tmp_path_factory.mktemp("data"))),
               "batch": np.array(BATCH),
               **{f"t:{k}": v for k, v in _table(rng).items()}}
-    tensorflow = _run_tensorflow(_TRAIN, dict(inputs))
+    return inputs, _run_tensorflow(_TRAIN, dict(inputs))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_fine_tuning_losses_equal_tensorflows_on_the_same_weights_and_batches(tensorflow_run,
+                                                                              backend):
+    backends.require(backend)
+    inputs, tensorflow = tensorflow_run
     weights = {k: v for k, v in tensorflow.items() if k.startswith("w")}
-    jax = backends.run_on_backend("jax", _TRAIN, dict(inputs, **weights))
+    other = backends.run_on_backend(backend, _TRAIN, dict(inputs, **weights))
     assert len(tensorflow["losses"]) == STEPS
-    np.testing.assert_allclose(jax["losses"], tensorflow["losses"], rtol=1e-4)
+    np.testing.assert_allclose(other["losses"], tensorflow["losses"], rtol=1e-4)
     assert tensorflow["losses"][-1] < tensorflow["losses"][0]  # it trains
 
 
@@ -120,10 +144,12 @@ def test_the_tool_fine_tunes_classification_on_jax_without_tensorflow(tmp_path):
     assert os.path.isfile(weights)
 
 
-def test_jax_refuses_the_families_it_cannot_fine_tune_in_one_line(tmp_path):
-    proc = _tool(tmp_path, "--backend", "jax", "--hparams",
+@pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_jax_and_torch_refuse_question_answering_in_one_line(tmp_path, backend):
+    proc = _tool(tmp_path, "--backend", backend, "--hparams",
                  json.dumps({"task_names": ["sst", "chunk", "squad"], "random_init": True}))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
-        "run_finetuning.py: error: fine-tuning on --backend jax supports the classification and "
-        "regression families; not chunk (tagging), squad (qa): use --backend tensorflow for them")
+        f"run_finetuning.py: error: fine-tuning on --backend {backend} supports the "
+        "classification, regression and tagging families; not squad (qa): question answering's "
+        "head and decoding are TensorFlow ops; use --backend tensorflow for them")

@@ -25,7 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from electra_tf import atomic
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.finetuning.portable_encoding import backend_tokenizer
 from electra_tf.finetuning.task import EvalSet, FeatureSpec, FinetuningTask, ScoreContext, TAGGING
 from electra_tf.finetuning.tagging import features as features_lib
 from electra_tf.finetuning.tagging.conll import DEBUG_MAX_SENTENCES, Sentence, read_conll
@@ -68,7 +68,8 @@ class ConllTaggingTask(FinetuningTask):
         self.directory = task_directory(config.raw_data_dir, name)
         cased = (self.cased_by_default if config.tagging_cased is None
                  else config.tagging_cased)
-        self.tokenizer = Tokenizer(
+        # In-graph on TensorFlow (serving runs it), TF-free elsewhere: the same ids.
+        self.tokenizer = backend_tokenizer(
             pretrained.vocab,
             do_lower_case=pretrained.do_lower_case if cased else True,
             strip_accents=pretrained.strip_accents if cased else True)

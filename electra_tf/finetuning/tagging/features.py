@@ -36,11 +36,16 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from electra_tf.data.tokenization import Tokenizer
 
 
-def word_pieces(tokenizer: Tokenizer, sentences: Sequence[Sequence[str]]) -> List[List[List[int]]]:
-    """WordPiece ids of every word of every sentence (each word tokenized on its own)."""
+def word_pieces(tokenizer, sentences: Sequence[Sequence[str]]) -> List[List[List[int]]]:
+    """WordPiece ids of every word of every sentence (each word tokenized on its own).
+
+    Args:
+        tokenizer: `data.tokenization.Tokenizer` or `data.portable_tokenization.PortableTokenizer`
+            (anything with `encode_batch(texts) -> (ids, row_splits)`).
+        sentences: per sentence, its words.
+    """
     flat = [word for words in sentences for word in words]
     ids, splits = tokenizer.encode_batch(flat)
     pieces = [ids[splits[i]:splits[i + 1]].tolist() for i in range(len(flat))]

@@ -6,12 +6,13 @@
     loss   = SUM over positions of softmax_CE(label, logits) * labels_mask   (per sentence)
 
 The loss is a sum over words, not a mean (official), and is then summed over the batch.
+Written in `keras.ops`, so it runs on every backend (fine-tuning on JAX and PyTorch).
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -45,17 +46,18 @@ class TaggingHead(keras.layers.Layer):
         self.dense.build((None, None, sequence_shape[-1]))
 
     def call(self, sequence_output, features, training=None):
-        positions = tf.cast(features[f"{self.name}_labeled_positions"], tf.int32)
-        reprs = tf.gather(sequence_output, positions, batch_dims=1)
-        logits = tf.cast(self.dense(reprs), tf.float32)
+        positions = ops.cast(features[f"{self.name}_labeled_positions"], "int32")
+        # [batch, n, 1] indices broadcast over the hidden axis: tf.gather(batch_dims=1).
+        reprs = ops.take_along_axis(sequence_output, ops.expand_dims(positions, -1), axis=1)
+        logits = ops.cast(self.dense(reprs), "float32")
         labels_key, mask_key = f"{self.name}_labels", f"{self.name}_labels_mask"
-        labels = (tf.cast(features[labels_key], tf.int32) if labels_key in features
-                  else tf.zeros_like(positions))
-        mask = (tf.cast(features[mask_key], tf.float32) if mask_key in features
-                else tf.zeros_like(positions, tf.float32))
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        return {"logits": logits, "predictions": tf.argmax(logits, axis=-1, output_type=tf.int32),
-                "loss": tf.reduce_sum(losses * mask, axis=-1)}
+        labels = (ops.cast(features[labels_key], "int32") if labels_key in features
+                  else ops.zeros_like(positions))
+        mask = (ops.cast(features[mask_key], "float32") if mask_key in features
+                else ops.zeros(ops.shape(positions), "float32"))
+        losses = ops.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        return {"logits": logits, "predictions": ops.cast(ops.argmax(logits, axis=-1), "int32"),
+                "loss": ops.sum(losses * mask, axis=-1)}
 
     def get_config(self):
         config = super().get_config()
