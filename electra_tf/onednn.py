@@ -17,6 +17,8 @@ import os
 import sys
 from typing import MutableMapping, Optional
 
+from electra_tf.precision import read_cpu
+
 logger = logging.getLogger("electra_tf")
 
 ENV = "TF_ENABLE_ONEDNN_OPTS"
@@ -47,8 +49,6 @@ def set_default(environ: MutableMapping[str, str] = os.environ,
     if tensorflow_imported is None:
         tensorflow_imported = "tensorflow" in sys.modules
     if cpu_flags is None:
-        from electra_tf.precision import read_cpu
-
         cpu_flags = read_cpu()[1]
     if not wanted(cpu_flags) or tensorflow_imported:
         return None

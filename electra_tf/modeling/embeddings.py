@@ -31,7 +31,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from electra_tf.modeling import kernel_settings, ops_kernels
+from electra_tf.modeling import kernel_settings, ops_kernels, tf_kernels
 
 # Official `tf.contrib.layers.layer_norm` hard-codes variance_epsilon = 1e-12 (spec section 7).
 LAYER_NORM_EPSILON = 1e-12
@@ -157,7 +157,7 @@ class ElectraEmbeddings(keras.layers.Layer):
             return ops_kernels.norm_dropout(
                 out, ops.cast(norm.gamma, "float32"), ops.cast(norm.beta, "float32"),
                 norm.epsilon, ops_kernels.draw(self.dropout, ops.shape(out), out.dtype, training))
-        tf, _, streams, clusters = kernel_settings.tensorflow_kernels()
+        tf, _, streams, clusters = tf_kernels.load()
         if kernel_settings.use_xla(training):  # LayerNorm + dropout as one compiled loop
             return clusters.norm_dropout(
                 out, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),
@@ -279,7 +279,7 @@ class DisentangledEmbeddings(keras.layers.Layer):
             return ops_kernels.norm_dropout(
                 out, gamma, beta, epsilon,
                 ops_kernels.draw(block.dropout, ops.shape(out), out.dtype, training))
-        tf, _, streams, clusters = kernel_settings.tensorflow_kernels()
+        tf, _, streams, clusters = tf_kernels.load()
         if kernel_settings.use_xla(training):
             return clusters.norm_dropout(out, gamma, beta, epsilon,
                                          streams.draw_noise(block.dropout, tf.shape(out),

@@ -42,6 +42,7 @@ import functools
 import keras
 import tensorflow as tf
 
+from electra_tf import precision
 from electra_tf.modeling import kernel_settings
 
 
@@ -183,7 +184,5 @@ def _onednn_bf16() -> bool:
     MatMul (measured on a Zen 3 EPYC: 1.6% against 1.0% max error on [24, 40] x [40, 16]), so
     the einsum form is used for float32 only there (bf16 is emulated and slow on such CPUs
     anyway: mixed_precision "auto" picks float32)."""
-    from electra_tf import precision
-
     name, flags = precision.read_cpu()
     return precision.native_bf16(precision.DeviceFacts("cpu", name, flags))[0]

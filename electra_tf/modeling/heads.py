@@ -32,7 +32,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from electra_tf.modeling import kernel_settings, ops_kernels
+from electra_tf.modeling import kernel_settings, ops_kernels, tf_kernels
 from electra_tf.modeling.embeddings import LAYER_NORM_EPSILON, get_activation, truncated_normal
 
 
@@ -88,7 +88,7 @@ class GeneratorHead(keras.layers.Layer):
         shape = ops.shape(x)
         flat = ops.reshape(x, (-1, self.embedding_size))
         if kernel_settings.use_tensorflow_kernels():
-            tf, *_ = kernel_settings.tensorflow_kernels()
+            tf, *_ = tf_kernels.load()
             # transpose_b lets the matmul read the table in place instead of materialising
             # table^T (TensorFlow's MatMul; the other backends' compilers fold the transpose).
             logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
@@ -156,7 +156,7 @@ class DiscriminatorHead(keras.layers.Layer):
         dtype = self.compute_dtype
         if kernel_settings.use_xla(training) and dense.activation is keras.activations.gelu:
             # bias + GELU as one compiled loop after the matmul (TensorFlow's xla_clusters.py).
-            tf, _, _, clusters = kernel_settings.tensorflow_kernels()
+            tf, _, _, clusters = tf_kernels.load()
             shape = tf.shape(sequence_output)
             flat = tf.reshape(tf.cast(sequence_output, dtype), [-1, self.hidden_size])
             hidden = clusters.bias_gelu(tf.matmul(flat, tf.cast(dense.kernel, dtype)),

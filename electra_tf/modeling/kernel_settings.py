@@ -116,12 +116,3 @@ def use_xla(training) -> bool:
     runs the op-by-op kernels, so a SavedModel never needs the XLA JIT."""
     return use_tensorflow_kernels() and KERNELS == "xla" and bool(training)
 
-
-def tensorflow_kernels():
-    """(tensorflow, fused, dropout_streams, xla_clusters): TensorFlow and its kernel modules
-    (op-by-op kernels, dropout draws, XLA clusters), imported when a TensorFlow kernel path is
-    traced, so JAX and PyTorch runs never import them."""
-    import tensorflow as tf
-
-    from electra_tf.modeling import dropout_streams, fused, xla_clusters
-    return tf, fused, dropout_streams, xla_clusters

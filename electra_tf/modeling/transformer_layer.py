@@ -48,7 +48,7 @@ import keras
 import keras_hub
 from keras import ops
 
-from electra_tf.modeling import kernel_settings, ops_kernels
+from electra_tf.modeling import kernel_settings, ops_kernels, tf_kernels
 
 # When True (default), `TransformerLayer` runs its own forward pass (`_xla_call`, `_fused_call`
 # or `_ops_call`, after `kernel_settings.KERNELS` and the backend); False runs keras-hub's own
@@ -130,7 +130,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         - LayerNorm with a hand-written gradient (`layer_norm`), in float32 as keras.
         Measured on ELECTRA-small (2-core CPU): see docs/benchmarks.md.
         """
-        tf, fused, streams, _ = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, _ = tf_kernels.load()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -173,7 +173,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     def _fused_feedforward(self, attended, dtype, training):
         """`_fused_call`'s feed-forward half on rows [B*L, H]: dense, GELU, dense, dropout,
         residual, LayerNorm."""
-        tf, fused, streams, _ = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, _ = tf_kernels.load()
         inner, outer = self._feedforward_intermediate_dense, self._feedforward_output_dense
 
         def bias(layer):
@@ -197,7 +197,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         products go through `fused.matmul`, whose input gradient follows
         `kernel_settings.DENSE_GRAD`.
         """
-        tf, fused, streams, clusters = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, clusters = tf_kernels.load()
         dtype = self.compute_dtype
         attention = self._self_attention_layer
         heads, head_size = attention._num_heads, attention._key_dim
@@ -248,7 +248,7 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     @staticmethod
     def _matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
         """LayerNorm(dropout(x @ kernel + bias) + residual), the elementwise part one cluster."""
-        tf, fused, streams, clusters = kernel_settings.tensorflow_kernels()
+        tf, fused, streams, clusters = tf_kernels.load()
         h = fused.matmul(x, kernel)
         return clusters.bias_dropout_residual_norm(
             h, bias, residual, tf.cast(norm.gamma, tf.float32), tf.cast(norm.beta, tf.float32),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.modeling import kernel_settings
+from electra_tf.modeling import kernel_settings, tf_kernels
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead
 from electra_tf.modeling.transformer_layer import TransformerLayer
@@ -170,12 +170,12 @@ def test_ops_encoders_and_heads_equal_tensorflow_kernels(training):
 
 def test_ops_kernels_never_reach_tensorflow_kernels(monkeypatch):
     """With KERNELS "ops" no layer takes a TensorFlow kernel path (as on JAX and PyTorch, where
-    `tensorflow_kernels` could not import): training and inference calls, forward and backward."""
+    `tf_kernels.load` could not import): training and inference calls, forward and backward."""
     def unreachable():
         raise AssertionError("a TensorFlow kernel path was taken under KERNELS 'ops'")
 
     layers = _pretraining_layers()
-    monkeypatch.setattr(kernel_settings, "tensorflow_kernels", unreachable)
+    monkeypatch.setattr(tf_kernels, "load", unreachable)
     with kernel_settings.kernel_options("ops"):
         for training in (True, False):
             _pretraining_outputs(layers, training)
