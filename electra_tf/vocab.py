@@ -1,20 +1,36 @@
-"""Vocabularies: reading, validating and fingerprinting `vocab.txt` files (and SentencePiece models).
+"""Vocabularies: reading, validating and fingerprinting `vocab.txt` files and SentencePiece models.
 
 A vocab file holds one token per line; a token's id is its 0-based line index (BERT's convention,
 each line stripped of surrounding whitespace). A SentencePiece model (`--spm-model FILE`: a
-`.model` file, recognised by its name or its first byte) is the other kind of vocabulary; it is
-read by `electra_tf.sentencepiece_vocab` into the same `Vocab` (its pieces as the tokens). ELECTRA needs five special tokens; their ids are
-looked up by string here, once, and handed to tensor code as plain integers (`SpecialTokens`),
-so no tensor function ever reads a file.
+`.model` file, recognised by its name or its first byte: `sentencepiece_vocab`) is the other
+kind of vocabulary, read into the same `Vocab` (its pieces as the tokens, its ids unchanged).
+ELECTRA needs five special tokens; their ids are looked up by string here, once, and handed to
+tensor code as plain integers (`SpecialTokens`), so no tensor function ever reads a file.
+
+In a SentencePiece model ELECTRA needs BERT's five specials too, and pads with id 0:
+
+- a piece literally named [PAD], [UNK], [CLS], [SEP] or [MASK] (how `--learn-spm` trains them,
+  and ALBERT's spiece.model has [CLS], [SEP], [MASK]) is used first;
+- otherwise the SentencePiece conventions: [PAD] = the model's pad piece (`<pad>`), [UNK] = its
+  unknown piece (always the id the tokenizer gives an unknown character, whatever its name),
+  [CLS] = `<cls>` or the BOS piece `<s>`, [SEP] = `<sep>` or the EOS piece `</s>`,
+  [MASK] = `<mask>`. A mapping other than the literal names is logged once.
+
+A model lacking one of them, or whose pad piece is not id 0, is a one-line `VocabError` naming
+what is missing and how to train a model that has them (`--learn-spm` does).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from electra_tf.errors import ElectraError
+from electra_tf.sentencepiece_vocab import SENTENCEPIECE, looks_like_sentencepiece
+
+logger = logging.getLogger(__name__)
 
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
@@ -183,7 +199,7 @@ def load_vocab(path: str) -> Vocab:
     Args:
         path: str. Path of a UTF-8 file with one token per line, or of a SentencePiece model
             (named `*.model`, or starting with a serialized ModelProto's first byte), read by
-            `sentencepiece_vocab.load_sentencepiece_vocab`.
+            `load_sentencepiece_vocab`.
 
     Returns:
         A `Vocab`.
@@ -194,10 +210,8 @@ def load_vocab(path: str) -> Vocab:
             required special token, or [PAD] is not id 0. The message names the file.
     """
     raw = _read_bytes(path)
-    from electra_tf import sentencepiece_vocab  # imports this module
-
-    if sentencepiece_vocab.looks_like_sentencepiece(path, raw[:1]):
-        return sentencepiece_vocab.load_sentencepiece_vocab(path, raw)
+    if looks_like_sentencepiece(path, raw[:1]):
+        return load_sentencepiece_vocab(path, raw)
     text = _decode(path, raw)
     # BERT's load_vocab strips each line; a trailing newline does not add an empty token.
     lines = text.split("\n")
@@ -213,3 +227,97 @@ def load_vocab(path: str) -> Vocab:
         mask_id=index[MASK_TOKEN],
     )
     return Vocab(path=path, tokens=tokens, special=special, sha256=hashlib.sha256(raw).hexdigest())
+
+
+# ------------------------------------------------------------------------------------------------
+# SentencePiece models
+
+# Fallback names, after the literal BERT name, by SentencePiece / XLNet / T5 convention.
+_CONVENTIONAL_NAMES = {
+    PAD_TOKEN: ("<pad>",),
+    CLS_TOKEN: ("<cls>", "<s>"),
+    SEP_TOKEN: ("<sep>", "</s>"),
+    MASK_TOKEN: ("<mask>",),
+}
+# What a user should run to get a model with the BERT specials at the ids ELECTRA expects.
+TRAIN_HINT = ("train one with build_pretraining_dataset.py --learn-spm SIZE, or spm_train "
+              "--pad_id=0 --pad_piece=[PAD] --unk_id=1 --unk_piece=[UNK] --bos_id=-1 --eos_id=-1 "
+              "--control_symbols=[CLS],[SEP],[MASK]")
+
+
+def _processor(raw: bytes, path: str):
+    try:
+        import sentencepiece
+    except ImportError as e:  # a dependency; only a broken install lacks it
+        raise VocabError(f"reading the SentencePiece model {path} needs the sentencepiece "
+                         "package: pip install sentencepiece") from e
+    processor = sentencepiece.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(raw)
+    except (RuntimeError, OSError, TypeError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise VocabError(f"{path} is not a SentencePiece model ({reason})") from None
+    if processor.GetPieceSize() == 0:
+        raise VocabError(f"SentencePiece model {path} has no pieces")
+    return processor
+
+
+def special_mapping(processor, path: str) -> Tuple[SpecialTokens, Dict[str, str]]:
+    """The ids of the BERT specials in a loaded model, and the piece each was mapped to.
+
+    Raises:
+        VocabError: a special is missing, or [PAD] is not id 0 (one line naming them).
+    """
+    size = processor.GetPieceSize()
+    index = {processor.IdToPiece(i): i for i in range(size)}
+    found: Dict[str, Optional[int]] = {}
+    for token in (PAD_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN):
+        found[token] = next((index[name] for name in (token,) + _CONVENTIONAL_NAMES[token]
+                             if name in index), None)
+    # The op emits the model's unknown id for an unknown character, whatever its piece is named.
+    found[UNK_TOKEN] = processor.unk_id()
+    missing = [t for t in (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)
+               if found[t] is None]
+    if missing:
+        looked = "; ".join(f"{t} as {' or '.join((t,) + _CONVENTIONAL_NAMES.get(t, ()))}"
+                           for t in missing)
+        raise VocabError(f"SentencePiece model {path} lacks the special token(s) ELECTRA needs "
+                         f"(looked for {looked}): {TRAIN_HINT}")
+    if found[PAD_TOKEN] != 0:
+        raise VocabError(
+            f"SentencePiece model {path}: its pad piece {processor.IdToPiece(found[PAD_TOKEN])!r} "
+            f"is id {found[PAD_TOKEN]}, but ELECTRA pads with id 0 (id 0 is "
+            f"{processor.IdToPiece(0)!r}): {TRAIN_HINT}")
+    ids = [found[t] for t in (PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN)]
+    if len(set(ids)) != len(ids):
+        raise VocabError(f"SentencePiece model {path}: two BERT special tokens map to the same "
+                         f"piece ({dict(zip((PAD_TOKEN, UNK_TOKEN, CLS_TOKEN, SEP_TOKEN, MASK_TOKEN), ids))}): "
+                         f"{TRAIN_HINT}")
+    mapping = {t: processor.IdToPiece(found[t]) for t in found}
+    return SpecialTokens(*ids), mapping
+
+
+def load_sentencepiece_vocab(path: str, raw: bytes) -> Vocab:
+    """A `Vocab` (kind "sentencepiece") of the SentencePiece model whose bytes are `raw`.
+
+    Args:
+        path: str. Where `raw` was read from (for messages and `Vocab.path`).
+        raw: bytes. The serialized model.
+
+    Raises:
+        VocabError: not a SentencePiece model, or lacking a BERT special (see module docstring).
+    """
+    processor = _processor(raw, path)
+    special, mapping = special_mapping(processor, path)
+    unusual = {t: p for t, p in mapping.items() if t != p}
+    if unusual:
+        logger.info("SentencePiece model %s: BERT specials mapped as %s", path,
+                    ", ".join(f"{t}={p!r} (id {getattr(special, _FIELD[t])})"
+                              for t, p in unusual.items()))
+    tokens = tuple(processor.IdToPiece(i) for i in range(processor.GetPieceSize()))
+    return Vocab(path=path, tokens=tokens, special=special, sha256=hashlib.sha256(raw).hexdigest(),
+                 kind=SENTENCEPIECE, model=raw)
+
+
+_FIELD = {PAD_TOKEN: "pad_id", UNK_TOKEN: "unk_id", CLS_TOKEN: "cls_id", SEP_TOKEN: "sep_id",
+          MASK_TOKEN: "mask_id"}
