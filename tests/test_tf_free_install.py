@@ -1,4 +1,4 @@
-"""The TensorFlow-free install (issue 48, item 3): `pip install --no-deps -r requirements-jax.txt -e .`.
+"""The TensorFlow-free install (issue 48, item 3): `pip install --no-deps -r requirements-jax.txt`.
 
 Fast checks of the pin files (offline): no TensorFlow in them, the same versions as
 requirements*.txt, pyproject's dependencies and jax's accelerator extras covered, and the list
@@ -135,8 +135,35 @@ def test_pins_are_closed_under_their_requirements():
     assert checked >= len(pins) // 2  # this environment installs most of them at these versions
 
 
+def _read(name: str) -> str:
+    with open(os.path.join(REPO_ROOT, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_documented_commands_are_the_tested_ones():
+    """README gives the command the end-to-end test types (with the CUDA file); CI runs that test
+    after the README's own test command, which it keeps verbatim."""
+    readme = _read("README.md")
+    cuda = " ".join(INSTALL_ARGS).replace("requirements-jax.txt", "requirements-jax-cuda12.txt")
+    assert f"pip {cuda}" in readme
+    for name in PIN_FILES:
+        assert name in readme
+    ci = _read(".ci/run").replace("\\\n", " ").splitlines()  # continued lines joined
+    (test_command,) = [line for line in readme.splitlines()
+                       if line.startswith(".venv/bin/pip install -q -r requirements-test.txt")]
+    assert test_command in ci
+    (step,) = [line for line in ci if "test_tf_free_end_to_end" in line]
+    assert ci.index(step) > ci.index(test_command)
+    assert "-m slow" in step and step.endswith(
+        "tests/test_tf_free_install.py::test_tf_free_end_to_end")
+    assert any(mark.name == "slow" for mark in test_tf_free_end_to_end.pytestmark)
+
+
 # ---------------------------------------------------------------------------------------------
 # The install, end to end.
+
+# What README tells a user to type (after `pip`), from the clone.
+INSTALL_ARGS = ("install", "--no-deps", "-r", "requirements-jax.txt", "-e", ".")
 
 def _index_reachable(timeout: float = 5.0) -> bool:
     """Whether pip's package index answers a TCP connection."""
@@ -214,8 +241,7 @@ def test_tf_free_end_to_end(tmp_path):
 
     # The documented command, typed as the user types it (from the clone).
     _run([sys.executable, "-m", "venv", venv], tmp, env, "venv")
-    _run([tool("pip"), "install", "-q", "--no-deps", "-r", "requirements-jax.txt", "-e", "."],
-         REPO_ROOT, env, "install")
+    _run([tool("pip"), *INSTALL_ARGS, "-q"], REPO_ROOT, env, "install")
     probe = _run([tool("python"), "-c",
                   "import importlib.util as u, json; print(json.dumps([m for m in "
                   "('tensorflow', 'tensorflow_text', 'tf_keras') if u.find_spec(m)]))"],
