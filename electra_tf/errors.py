@@ -4,7 +4,9 @@ Every error a user can fix (a bad flag, file, config or run directory) derives f
 `ElectraError`; the command-line tools catch that base alone (`electra_tf.cli.run_cli`), print
 one line and exit 2. Anything else is a bug and keeps its traceback. The concrete classes live
 next to the code that raises them (`ConfigError` in hparams.py, `VocabError` in vocab.py, ...);
-`TrainingError` lives here because every module of `electra_tf.training` raises it.
+those a whole family of modules raises live here, below all of them: `TrainingError` (every
+module of `electra_tf.training`), `BuildError` (the dataset build's modules in `electra_tf.data`)
+and `DataError` (the modules that check and read pretraining shards).
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ class ElectraError(Exception):
 
 class TrainingError(ElectraError, RuntimeError):
     """Training cannot continue (non-finite loss, incompatible or unreadable run directory, ...)."""
+
+
+class BuildError(ElectraError, ValueError):
+    """Bad input or settings for the dataset builder; the message is one line naming the problem."""
+
+
+class DataError(ElectraError, ValueError):
+    """The pretraining data is missing or does not match the config."""
 
 
 class Preempted(Exception):

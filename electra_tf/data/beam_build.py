@@ -33,15 +33,15 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from electra_tf.data import beam_runner, build_config, build_plan, build_vocab
 from electra_tf.data import builder as local_builder
-from electra_tf.data.build_worker import BuildError, write_error
 from electra_tf.data.corpus import CorpusError, CorpusFile, list_corpus_files
 from electra_tf.data.formats import InputSettings, estimated_text_bytes
 from electra_tf.data.manifest import build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, TMP_PREFIX, final_shard_names, is_our_file,
-                                    temp_prefix)
+                                    temp_prefix, write_error)
 from electra_tf.data.packing import PackSettings
 from electra_tf.data.split import no_split_summary
 from electra_tf.data.tfrecord_io import MANIFEST_NAME
+from electra_tf.errors import BuildError
 from electra_tf.vocab import Vocab, VocabError, load_vocab
 
 __all__ = ["LOCAL_RUNNER", "build_dataset_beam"]
@@ -175,6 +175,7 @@ def _prepare(gfile, config):
 
 
 def _pack_spec(config, vocab: Vocab, plan: BeamPlan):
+    # lazy: Apache Beam is optional (only a --runner build needs it)
     from electra_tf.data.beam_pipeline import PackSpec
 
     return PackSpec(vocab=vocab, do_lower_case=config.do_lower_case,
@@ -189,6 +190,7 @@ def _pack_spec(config, vocab: Vocab, plan: BeamPlan):
 
 def _run(beam, options, files: List[CorpusFile], spec, work_dir: str):
     """Runs the pipeline to the end; a user error raised on a worker becomes one BuildError."""
+    # lazy: Apache Beam is optional (only a --runner build needs it)
     from electra_tf.data.beam_pipeline import add_build
 
     pipeline = beam.Pipeline(options=options)
@@ -314,6 +316,7 @@ def _read_results(gfile, work_dir: str, config):
 def _install(gfile, config, plan: BeamPlan, shard_counts: Dict[str, Dict[int, int]],
              entries: List[dict]) -> Dict[str, List[dict]]:
     """Replaces the previous dataset (with --overwrite) by the new shards and inputs.jsonl."""
+    # lazy: Apache Beam is optional (only a --runner build needs it)
     from electra_tf.data.beam_pipeline import temp_shard_path
 
     output_dir = config.output_dir.rstrip("/")

@@ -49,9 +49,10 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from electra_tf.data.build_worker import FilePacker, file_summary, write_error
+from electra_tf.data.build_worker import FilePacker, file_summary
 from electra_tf.data.corpus import CorpusFile, ReadStats
 from electra_tf.data.formats import InputSettings
+from electra_tf.data.output import write_error
 from electra_tf.data.packing import PackSettings, PackStats
 from electra_tf.data.shuffle import shard_of
 from electra_tf.data.split import FileSurvey, SplitPlan, plan_split

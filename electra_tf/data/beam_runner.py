@@ -14,8 +14,8 @@ import re
 from typing import Dict, Optional, Sequence
 
 from electra_tf import console
-from electra_tf.data.build_worker import BuildError
 from electra_tf.data.corpus import CorpusError
+from electra_tf.errors import BuildError
 from electra_tf.vocab import VocabError
 
 __all__ = ["BEAM_EXTRA", "BEAM_REQUIREMENT", "failed_write", "import_beam", "pipeline_options",
@@ -142,6 +142,7 @@ def read_counters(result) -> Dict[str, object]:
     """The pipeline's counters {"kind": "committed" or "attempted", "values": {name: n}}."""
     from apache_beam.metrics.metric import MetricsFilter
 
+    # lazy: Apache Beam is optional (only a --runner build needs it)
     from electra_tf.data.beam_pipeline import COUNTER_NAMESPACE
 
     try:

@@ -13,11 +13,10 @@ import dataclasses
 import os
 from typing import Optional
 
-from electra_tf.data.build_worker import BuildError
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
 from electra_tf.data.spm_learning import SPECIAL_PIECES as SPM_SPECIAL_PIECES
 from electra_tf.data.tokenizer_choice import AUTO, resolve_tokenizer
-from electra_tf.errors import is_utf8_path, shown_path
+from electra_tf.errors import BuildError, is_utf8_path, shown_path
 
 DEFAULT_DATA_DIR = "pretrain_data"  # official DATA_DIR layout: vocab.txt, pretrain_tfrecords/
 DEFAULT_CORPUS_DIR = os.path.join(DEFAULT_DATA_DIR, "corpus")

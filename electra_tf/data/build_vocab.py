@@ -14,10 +14,10 @@ import os
 from typing import Sequence
 
 from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.build_worker import BuildError
 from electra_tf.data.corpus import CorpusFile
 from electra_tf.data.formats import is_compressed, is_plain_text
-from electra_tf.errors import error_line, shown_path
+from electra_tf.data.spm_learning import learn_spm
+from electra_tf.errors import BuildError, error_line, shown_path
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.vocab import load_vocab
 
@@ -46,7 +46,7 @@ def _prepare_learned_file(config: BuildConfig, files: Sequence[CorpusFile], flag
 def learn_corpus_vocab(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     """--learn-vocab: learns a WordPiece vocab of the corpus into `config.vocab_file` (both
     engines: the Beam build learns it on the launcher, before the pipeline)."""
-    try:
+    try:  # lazy: TensorFlow is optional here (only --learn-vocab needs tensorflow-text)
         from electra_tf.data.vocab_learning import learn_vocab
     except ImportError as e:
         raise BuildError(f"--learn-vocab learns with tensorflow-text's WordPiece learner, which "
@@ -69,8 +69,6 @@ def learn_corpus_spm(config: BuildConfig, files: Sequence[CorpusFile]) -> None:
     """--learn-spm: trains a SentencePiece model on the corpus into `config.spm_model`."""
     _prepare_learned_file(config, files, "--learn-spm", config.spm_model, "SentencePiece model",
                           "train the model on such a corpus and pass it with --spm-model")
-    from electra_tf.data.spm_learning import learn_spm
-
     logger.info("training a SentencePiece model of %d pieces on %d files into %s",
                 config.learn_spm, len(files), config.spm_model)
     try:

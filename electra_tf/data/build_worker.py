@@ -14,23 +14,22 @@ import json
 import os
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
+from electra_tf import console
 from electra_tf.data.corpus import CorpusFile, ReadStats, format_problem
 from electra_tf.data.example_builder import PackedExample
 from electra_tf.data.formats import InputSettings, Opener, iter_document_lines
+from electra_tf.data.output import write_error
 from electra_tf.data.packing import PackSettings, PackStats, iter_examples
 from electra_tf.data.shuffle import (BucketLayout, BucketWriter, bucket_path, gather_unit,
                                      key_base, shuffle_key_from_base)
 from electra_tf.data.split import FileSplit, FileSurvey, survey_file
 from electra_tf.data.tfrecord_io import ExampleSerializer
-from electra_tf.errors import ElectraError, error_line, shown_path
+from electra_tf.data.tokenizer_choice import make_tokenizer
+from electra_tf.errors import BuildError, shown_path
 from electra_tf.vocab import Vocab, load_vocab
 
 SERIALIZE_BATCH_IDS = 1 << 16  # ids per serialisation batch (512 examples at length 128)
 MAX_LISTED_PROBLEMS = 100  # problem records returned per task (all go to inputs.jsonl)
-
-
-class BuildError(ElectraError, ValueError):
-    """Bad input or settings for the dataset builder; the message is one line naming the problem."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +89,6 @@ class FilePacker:
     @property
     def tokenizer(self):
         if self._tokenizer is None:  # TensorFlow's imports it: only workers that pack need it
-            from electra_tf.data.tokenizer_choice import make_tokenizer
-
             self._tokenizer = make_tokenizer(self.vocab, self.do_lower_case, self.strip_accents,
                                              self.tokenizer_name)
         return self._tokenizer
@@ -225,8 +222,6 @@ class BuildWorker:
         self.spec = spec
         self.worker_id = worker_id
         if spec.tokenizer == "tensorflow":
-            from electra_tf import console
-
             console.import_tensorflow_in_child()  # a quiet tool's workers are quiet too
         vocab = load_vocab(spec.vocab_file)
         if vocab.sha256 != spec.vocab_sha256:
@@ -313,39 +308,4 @@ class BuildWorker:
         except OSError as e:  # a full disk
             raise write_error(e, f"the {split} shards",
                               os.path.dirname(spec.shuffle_dir)) from None
-
-
-def write_error(error: BaseException, what: str, directory: str,
-                output_dir: Optional[str] = None) -> BuildError:
-    """The one-line BuildError for a failed write (a full disk, a read-only directory; also
-    TensorFlow's file errors, which are not OSErrors).
-
-    Args:
-        error: what the write raised.
-        what: what could not be written ("the train shards").
-        directory: where.
-        output_dir: the build's --output-dir (default: `directory`); the message advises
-            --overwrite only if a rerun needs it there (`rerun_needs_overwrite`).
-    """
-    advice = " with --overwrite" if rerun_needs_overwrite(output_dir or directory) else ""
-    return BuildError(f"cannot write {what} in {shown_path(directory)} ({error_line(error)}); "
-                      f"free space there (or choose another --output-dir) and rerun{advice}")
-
-
-def rerun_needs_overwrite(output_dir: str) -> bool:
-    """Whether `output_dir` holds anything but a build's temporaries (removed when it fails)
-    and its lock: then a rerun there needs --overwrite (`output.check_output_dir`)."""
-    from electra_tf.data.output import is_temporary  # output imports this module
-    from electra_tf.locking import LOCK_NAME
-
-    try:
-        if "://" in output_dir:  # the Beam build's gs://...
-            import tensorflow as tf
-
-            names = [n.rstrip("/") for n in tf.io.gfile.listdir(output_dir)]
-        else:
-            names = os.listdir(output_dir)
-    except Exception:  # noqa: BLE001 -- gone or unreadable: nothing to replace there
-        return False
-    return any(name != LOCK_NAME and not is_temporary(name) for name in names)
 

@@ -54,20 +54,19 @@ from electra_tf.data import corpus as corpus_lib
 from electra_tf.data.build_config import BuildConfig, resolve_config
 from electra_tf.data.build_plan import Plan, make_plan
 from electra_tf.data.build_vocab import learn_corpus_spm, learn_corpus_vocab, load_build_vocab
-from electra_tf.data.build_worker import (BuildError, BuildWorker, WorkerSpec, inputs_part_path,
-                                         write_error)
+from electra_tf.data.build_worker import BuildWorker, WorkerSpec, inputs_part_path
 from electra_tf.data.corpus import (WHOLE_FILE_PROBLEMS, CorpusFile, format_problem,
                                     list_corpus_files)
 from electra_tf.data.formats import InputSettings, estimated_text_bytes
 from electra_tf.data.manifest import BuildTotals, build_manifest, merge_pack_results
 from electra_tf.data.output import (INPUTS_NAME, check_output_dir, install_shards,
-                                    remove_temporaries)
+                                    remove_temporaries, write_error)
 from electra_tf.data.packing import PackSettings
 from electra_tf.data.shuffle import ShuffleError
 from electra_tf.data.split import SplitPlan, no_split_summary, plan_split, split_warning
 from electra_tf.data.tfrecord_io import MANIFEST_NAME
 from electra_tf.data.workers import Progress, WorkerFailed, WorkerPool
-from electra_tf.errors import shown_path
+from electra_tf.errors import BuildError, shown_path
 from electra_tf.locking import DirectoryLock
 from electra_tf.progress import RateEta
 from electra_tf.vocab import Vocab

@@ -24,11 +24,12 @@ import glob
 import logging
 import os
 import sys
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from electra_tf import atomic, locking
-from electra_tf.data import tfrecord_io
-from electra_tf.errors import ElectraError, error_line
+from electra_tf.data import record_scan, tfrecord_io
+from electra_tf.data.record_scan import FileScan
+from electra_tf.errors import DataError, error_line
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +39,6 @@ PARTIAL_PREFIX = ".partial-"
 # Records per read in `verify_records` (a vectorised parse; the size only sets memory use).
 VERIFY_BATCH = 1024
 SCAN_THREADS = os.cpu_count() or 1  # files scanned at once by `plan_good_records`
-
-
-class DataError(ElectraError, ValueError):
-    """The pretraining data is missing or does not match the config."""
 
 
 def _split_patterns(patterns: str) -> List[str]:
@@ -85,28 +82,6 @@ def list_files(patterns: str) -> List[str]:
     return sorted(files)
 
 
-class FileScan(NamedTuple):
-    """What one read of a TFRecord file found (`scan_file`).
-
-    Attributes:
-        path: str. The file.
-        readable: int. Records read before the end of the file or the first unreadable one.
-        bad_indices: tuple of int. Indices (< readable) of records that read but do not parse as
-            examples of the expected features and length.
-        error: str or None. Why reading stopped early (a corrupted or truncated record), or None
-            when the whole file was read.
-    """
-
-    path: str
-    readable: int
-    bad_indices: Tuple[int, ...]
-    error: Optional[str]
-
-    @property
-    def good(self) -> int:
-        return self.readable - len(self.bad_indices)
-
-
 def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> FileScan:
     """Reads and parses every record of a file once; never raises on bad records.
 
@@ -123,8 +98,6 @@ def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False) -> Fi
     """
     tf = _tensorflow([path])
     if tf is None:
-        from electra_tf.data import record_scan
-
         return record_scan.scan_file(path, max_seq_length, stop_at_first, batch=VERIFY_BATCH)
     readable, bad = 0, []
 

@@ -19,8 +19,8 @@ from typing import List, Optional
 import numpy as np
 
 from electra_tf.data import order
-from electra_tf.data.integrity import DataError
 from electra_tf.data.record_framing import FileReader, Record
+from electra_tf.errors import DataError
 
 
 class Interleave:

@@ -13,12 +13,11 @@ import logging
 import os
 import re
 import shutil
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from electra_tf import atomic
-from electra_tf.data.build_worker import BuildError
 from electra_tf.data.tfrecord_io import EVAL_PREFIX, MANIFEST_NAME, TRAIN_PREFIX, shard_name
-from electra_tf.errors import shown_path
+from electra_tf.errors import BuildError, error_line, shown_path
 from electra_tf.locking import LOCK_NAME
 
 logger = logging.getLogger(__name__)
@@ -135,3 +134,35 @@ def remove_temporaries(paths: Sequence[str]) -> None:
             shutil.rmtree(path, ignore_errors=True)
         elif os.path.lexists(path):
             os.remove(path)
+
+
+def write_error(error: BaseException, what: str, directory: str,
+                output_dir: Optional[str] = None) -> BuildError:
+    """The one-line BuildError for a failed write (a full disk, a read-only directory; also
+    TensorFlow's file errors, which are not OSErrors).
+
+    Args:
+        error: what the write raised.
+        what: what could not be written ("the train shards").
+        directory: where.
+        output_dir: the build's --output-dir (default: `directory`); the message advises
+            --overwrite only if a rerun needs it there (`rerun_needs_overwrite`).
+    """
+    advice = " with --overwrite" if rerun_needs_overwrite(output_dir or directory) else ""
+    return BuildError(f"cannot write {what} in {shown_path(directory)} ({error_line(error)}); "
+                      f"free space there (or choose another --output-dir) and rerun{advice}")
+
+
+def rerun_needs_overwrite(output_dir: str) -> bool:
+    """Whether `output_dir` holds anything but a build's temporaries (removed when it fails)
+    and its lock: then a rerun there needs --overwrite (`check_output_dir`)."""
+    try:
+        if "://" in output_dir:  # the Beam build's gs://...
+            import tensorflow as tf
+
+            names = [n.rstrip("/") for n in tf.io.gfile.listdir(output_dir)]
+        else:
+            names = os.listdir(output_dir)
+    except Exception:  # noqa: BLE001 -- gone or unreadable: nothing to replace there
+        return False
+    return any(name != LOCK_NAME and not is_temporary(name) for name in names)

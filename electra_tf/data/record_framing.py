@@ -26,8 +26,8 @@ from typing import Dict, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from electra_tf.data.integrity import DataError
 from electra_tf.data.record_crc import crc32c, crc32c_batch, masked_crc
+from electra_tf.errors import DataError
 
 READ_BUFFER = 1 << 18  # bytes of read buffer per open file (as TFRecordDataset's 256 KiB)
 

@@ -66,10 +66,11 @@ import numpy as np
 
 from electra_tf.data import order
 from electra_tf.data.example_decoding import decode_examples, parse_error
-from electra_tf.data.integrity import DataError, list_files
+from electra_tf.data.integrity import list_files
 from electra_tf.data.interleave import Interleave
 from electra_tf.data.record_framing import Record, damage_message, first_bad_crc
 from electra_tf.data.tfrecord_io import FEATURE_NAMES
+from electra_tf.errors import DataError
 
 STATE_VERSION = 1
 

@@ -2,18 +2,40 @@
 
 The scan reads a file with `record_framing` (both CRCs checked) and decodes its records with
 `example_decoding`, a batch at a time, and reports what `integrity.scan_file` reports for the
-same file. Nothing here imports TensorFlow.
+same file, as the `FileScan` both return. Nothing here imports TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from electra_tf.data.example_decoding import decode_examples
-from electra_tf.data.integrity import DataError, FileScan
 from electra_tf.data.record_framing import FileReader, Record, damage_message, first_bad_crc
+from electra_tf.errors import DataError
+
+
+class FileScan(NamedTuple):
+    """What one read of a TFRecord file found (`integrity.scan_file`, or `scan_file` here).
+
+    Attributes:
+        path: str. The file.
+        readable: int. Records read before the end of the file or the first unreadable one.
+        bad_indices: tuple of int. Indices (< readable) of records that read but do not parse as
+            examples of the expected features and length.
+        error: str or None. Why reading stopped early (a corrupted or truncated record), or None
+            when the whole file was read.
+    """
+
+    path: str
+    readable: int
+    bad_indices: Tuple[int, ...]
+    error: Optional[str]
+
+    @property
+    def good(self) -> int:
+        return self.readable - len(self.bad_indices)
 
 
 def scan_file(path: str, max_seq_length: int, stop_at_first: bool = False,

@@ -23,8 +23,10 @@ import functools
 import logging
 from typing import Optional
 
-from electra_tf.data.build_worker import BuildError
-from electra_tf.errors import error_line
+from electra_tf import console
+from electra_tf.data.portable_tokenization import PortableTokenizer
+from electra_tf.errors import BuildError, error_line
+from electra_tf.vocab import WORDPIECE
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +40,6 @@ CHOICES = (AUTO, TENSORFLOW, TOKENIZERS)
 def tensorflow_problem() -> Optional[str]:
     """Why TensorFlow's tokenizer cannot run in this process (None: it can). Imports TensorFlow
     and tensorflow-text (quietly, as the tools do); the answer is kept for the process."""
-    from electra_tf import console
-
     try:
         console.import_tensorflow()
         import tensorflow_text  # noqa: F401 -- its ops: the tokenizer's
@@ -81,7 +81,7 @@ def make_tokenizer(vocab, do_lower_case: bool, strip_accents: bool, name: str):
         BuildError: "tensorflow" where it cannot be imported (never the other one instead).
     """
     if name == TENSORFLOW:
-        try:
+        try:  # lazy: TensorFlow is optional here (a build may tokenize without it)
             from electra_tf.data.tokenization import Tokenizer
         except ImportError as e:
             raise BuildError(
@@ -90,8 +90,6 @@ def make_tokenizer(vocab, do_lower_case: bool, strip_accents: bool, name: str):
                 f"built with two tokenizers: rerun with --tokenizer {TOKENIZERS}") from None
         return Tokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
     if name == TOKENIZERS:
-        from electra_tf.data.portable_tokenization import PortableTokenizer
-
         return PortableTokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
     raise ValueError(f"unresolved tokenizer {name!r}")
 
@@ -99,8 +97,6 @@ def make_tokenizer(vocab, do_lower_case: bool, strip_accents: bool, name: str):
 def manifest_entry(name: str, vocab_kind: str) -> dict:
     """The manifest's `tokenizer`: which one built the dataset, and its library's version."""
     from importlib import metadata
-
-    from electra_tf.vocab import WORDPIECE
 
     library = {TENSORFLOW: "tensorflow-text",
                TOKENIZERS: "tokenizers" if vocab_kind == WORDPIECE else "sentencepiece"}[name]

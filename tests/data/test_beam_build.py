@@ -25,7 +25,7 @@ beam = import_extra("apache_beam", "beam")
 from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
 from electra_tf.data import beam_build, beam_runner  # noqa: E402
-from electra_tf.data.build_worker import BuildError  # noqa: E402
+from electra_tf.errors import BuildError  # noqa: E402
 from electra_tf.data.build_config import BuildConfig  # noqa: E402
 from electra_tf.data.builder import build_dataset  # noqa: E402
 from electra_tf.data.corpus import ReadStats, list_corpus_files  # noqa: E402
@@ -327,7 +327,7 @@ def test_worker_errors_reported_as_text_by_a_remote_runner_become_one_line():
     remote = RuntimeError(
         "Dataflow pipeline failed. State: FAILED, Error:\nTraceback (most recent call last):\n"
         '  File "apache_beam/runners/common.py", line 1498, in process\n'
-        "electra_tf.data.build_worker.BuildError: bad input in gs://b/c/d.jsonl: "
+        "electra_tf.errors.BuildError: bad input in gs://b/c/d.jsonl: "
         "missing_text_field at line 2 [while running 'PackFiles']\n")
     assert beam_runner.user_error(remote) == (
         "bad input in gs://b/c/d.jsonl: missing_text_field at line 2")

@@ -18,7 +18,7 @@ import tensorflow as tf
 from electra_tf.data import build_plan
 from electra_tf.data import builder as builder_lib
 from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.build_worker import BuildError
+from electra_tf.errors import BuildError
 from electra_tf.data.builder import build_dataset
 from electra_tf.data.packing import derive_seed
 from electra_tf.data.split import document_key

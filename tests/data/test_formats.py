@@ -17,7 +17,7 @@ import pytest
 
 from electra_tf.data import formats
 from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.build_worker import BuildError
+from electra_tf.errors import BuildError
 from electra_tf.data.builder import build_dataset
 from electra_tf.data.corpus import CorpusFile, ReadStats
 

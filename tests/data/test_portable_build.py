@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.data.build_config import BuildConfig, resolve_config
-from electra_tf.data.build_worker import BuildError
+from electra_tf.errors import BuildError
 from electra_tf.data.builder import build_dataset
 from electra_tf.data.record_framing import RecordWriter
 from electra_tf.data.tfrecord_io import MANIFEST_NAME
@@ -146,7 +146,8 @@ def test_without_tensorflow_the_tensorflow_tokenizer_and_learn_vocab_are_one_lin
 
 _WORKER = """
 import json
-from electra_tf.data.build_worker import BuildError, FilePacker
+from electra_tf.data.build_worker import FilePacker
+from electra_tf.errors import BuildError
 from electra_tf.data.formats import InputSettings
 from electra_tf.data.packing import PackSettings
 from electra_tf.vocab import load_vocab

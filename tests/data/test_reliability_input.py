@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 
 import build_pretraining_dataset
 from electra_tf.data import formats
-from electra_tf.data.build_worker import BuildError, FilePacker
+from electra_tf.data.build_worker import FilePacker
+from electra_tf.errors import BuildError
 from electra_tf.data.corpus import CorpusFile, ReadStats
 from electra_tf.data.packing import PackSettings, PackStats
 from electra_tf.vocab import load_vocab

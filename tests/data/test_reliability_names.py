@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from electra_tf.data import build_config, build_worker
+from electra_tf.data import build_config
 from electra_tf.data import builder as builder_lib
 from electra_tf.data.corpus import CorpusError, list_corpus_files
-from electra_tf.errors import shown_path
+from electra_tf.errors import BuildError, shown_path
 from tests.pretraining_fixtures import REPO_ROOT, subprocess_env
 
 LATIN1 = b"caf\xe9.txt"  # "café.txt" in Latin-1: not UTF-8
@@ -93,8 +93,8 @@ def test_unreadable_entry_with_a_non_utf8_name_is_named_escaped(tmp_path):
 def test_output_dir_that_tensorflow_cannot_name_is_refused(tmp_path):
     corpus, vocab = _corpus(tmp_path)
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/out\xe9")
-    with pytest.raises(build_worker.BuildError, match=r"out\\xe9: TensorFlow writes and reads "
-                                                     r"only file names that are valid UTF-8"):
+    with pytest.raises(BuildError, match=r"out\\xe9: TensorFlow writes and reads "
+                                         r"only file names that are valid UTF-8"):
         builder_lib.build_dataset(build_config.BuildConfig(corpus_dir=corpus, vocab_file=vocab,
                                                           output_dir=out))
     assert not os.path.exists(out)

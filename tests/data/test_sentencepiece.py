@@ -10,12 +10,12 @@ pytest.importorskip("sentencepiece")
 import sentencepiece  # noqa: E402
 
 from electra_tf.data.build_config import BuildConfig, resolve_config  # noqa: E402
-from electra_tf.data.build_worker import BuildError  # noqa: E402
+from electra_tf.errors import BuildError  # noqa: E402
 from electra_tf.data.builder import build_dataset  # noqa: E402
-from electra_tf.data.integrity import DataError, validate_dataset  # noqa: E402
+from electra_tf.data.integrity import validate_dataset  # noqa: E402
 from electra_tf.data.spm_learning import learn_spm  # noqa: E402
 from electra_tf.data.tokenization import Tokenizer  # noqa: E402
-from electra_tf.errors import ElectraError  # noqa: E402
+from electra_tf.errors import DataError, ElectraError  # noqa: E402
 from electra_tf.vocab import VocabError, load_vocab  # noqa: E402
 
 from tests.spm_fixtures import SAMPLE_TEXTS, train_model, write_corpus  # noqa: E402

@@ -138,7 +138,8 @@ def test_a_manifest_without_the_split_entry_still_verifies(builds, tmp_path):
 
 
 def test_a_file_that_changed_since_its_survey_fails_naming_it(builds, tmp_path):
-    from electra_tf.data.build_worker import BuildError, FilePacker
+    from electra_tf.data.build_worker import FilePacker
+    from electra_tf.errors import BuildError
     from electra_tf.data.corpus import CorpusFile, ReadStats
     from electra_tf.data.formats import InputSettings
     from electra_tf.data.packing import PackSettings, PackStats
