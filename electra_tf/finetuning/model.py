@@ -88,7 +88,8 @@ class ClassificationHead(keras.layers.Layer):
 
 
 def _qa_head():
-    from electra_tf.finetuning.qa.head import QAHead  # TensorFlow ops: imported when used
+    # lazy: TensorFlow is optional here (QA's head is TensorFlow ops; the other heads run on JAX)
+    from electra_tf.finetuning.qa.head import QAHead
 
     return QAHead
 

@@ -14,6 +14,8 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from electra_tf.data.portable_tokenization import PortableTokenizer
+
 # [CLS] a [SEP] and [CLS] a [SEP] b [SEP]: special tokens per sequence.
 SINGLE_SPECIAL_TOKENS = 2
 PAIR_SPECIAL_TOKENS = 3
@@ -32,11 +34,10 @@ def backend_tokenizer(vocab, do_lower_case: bool, strip_accents: bool):
     import keras
 
     if keras.backend.backend() == "tensorflow":
+        # lazy: TensorFlow is optional here (JAX and PyTorch runs tokenize without it)
         from electra_tf.data.tokenization import Tokenizer
 
         return Tokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
-    from electra_tf.data.portable_tokenization import PortableTokenizer
-
     return PortableTokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
 
 

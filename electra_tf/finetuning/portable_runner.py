@@ -43,6 +43,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optiona
 import keras
 import numpy as np
 
+from electra_tf import atomic
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.task import CLASSIFICATION, REGRESSION, TAGGING, prefixed
 from electra_tf.training import optimization, portable_checkpoint
@@ -359,8 +360,6 @@ def weights_archive(model: FinetuningModel, path: str, meta: Optional[dict] = No
     .npz `path` atomically; returns path. `export.export_weights` turns it into the SavedModel
     (TensorFlow)."""
     import json
-
-    from electra_tf import atomic
 
     arrays = {v.path: np.asarray(keras.ops.convert_to_numpy(v.value)) for v in model.weights}
     arrays["meta"] = np.array(json.dumps(meta or {}))

@@ -46,6 +46,7 @@ from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
 from electra_tf.hparams import ConfigError
 from electra_tf.model_config import get_bert_config
+from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
 from electra_tf.vocab import Vocab, load_vocab
@@ -155,6 +156,7 @@ def _from_model_dir(path: str, config: FinetuningConfig) -> Pretrained:
 def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     import tensorflow as tf
 
+    # lazy: TensorFlow is optional here (only a SavedModel starting point needs it)
     from electra_tf.training.export import EXTRA_DIR
 
     extra = os.path.join(path, EXTRA_DIR)
@@ -208,8 +210,6 @@ def _check_sentencepiece_model(vocab_file: str, vocab: Vocab) -> None:
         return
     with open(vocab_file, "rb") as f:
         head = f.read(1)
-    from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
-
     if not looks_like_sentencepiece(vocab_file, head):
         return  # a derived vocab.txt: the starting point's own vocab is used, as before
     given = load_vocab(vocab_file)
@@ -273,6 +273,7 @@ def _portable_run_checkpoint(path: str) -> Optional[str]:
 
 def _from_portable_run(path: str, checkpoint: str, config: FinetuningConfig) -> Pretrained:
     """The discriminator encoder of a `ckpt-N.npz`, read on this backend (no TensorFlow)."""
+    # lazy: the pretraining model and its training code load only for a ckpt-N.npz start
     from electra_tf.training.pretrainer import ElectraPretrainer
 
     model_dir = os.path.dirname(checkpoint)

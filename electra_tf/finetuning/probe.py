@@ -103,8 +103,8 @@ def read_task(settings: probe_settings.ProbeSettings):
         DataFileError: no such directory, not a classification task, no labelled dev file,
             fewer than 2 labels (each naming the directory or file).
     """
-    # Here, not at the top: the registry imports every task family, TensorFlow with some, and
-    # a JAX run without a probe imports this module.
+    # lazy: the registry imports every task family, TensorFlow with some, and a JAX run
+    # without a probe imports this module.
     from electra_tf.finetuning.registry import task_family
     from electra_tf.finetuning.task import CLASSIFICATION
     from electra_tf.finetuning.classification.data import load_task
@@ -135,7 +135,7 @@ def read_task(settings: probe_settings.ProbeSettings):
 def encode_task(settings: probe_settings.ProbeSettings, config: PretrainingConfig,
                 vocab: Vocab) -> ProbeData:
     """Reads and encodes the probe's task as the run's pretraining data was tokenised."""
-    # Here, not at the top: both import TensorFlow and tensorflow-text (checked in `for_run`).
+    # lazy: both import TensorFlow and tensorflow-text (checked in `for_run`).
     from electra_tf.data.tokenization import Tokenizer
     from electra_tf.finetuning.encoding import TextEncoder
 

@@ -26,6 +26,7 @@ from typing import List
 
 from electra_tf.finetuning import classification, qa, regression, tagging
 from electra_tf.finetuning.classification.data import GLUE_TASKS, canonical_task_name
+from electra_tf.finetuning.qa.data import MRQA_TASKS
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
                                         FinetuningTask)
 from electra_tf.finetuning.task_files import DataFileError
@@ -77,7 +78,7 @@ def _check_generic(name: str, raw_data_dir: str) -> None:
     if os.path.isdir(directory):
         if any(f.endswith(".jsonl") for f in os.listdir(directory)):
             raise DataFileError(f"task {name!r}: {directory} holds MRQA-style .jsonl files; the "
-                                f"MRQA tasks are {', '.join(qa.MRQA_TASKS)} (rename the directory)")
+                                f"MRQA tasks are {', '.join(MRQA_TASKS)} (rename the directory)")
         return
     raise DataFileError(
         f"Unknown task {name!r}: not a named task ({', '.join(sorted(NAMED_TASKS))}) "

@@ -438,6 +438,7 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
                               "backend": keras.backend.backend()})
             logger.info("  saved the fine-tuned weights to %s", record["export"])
             return record
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
         from electra_tf.finetuning.export import FinetunedModule, export_finetuned
 
         module = FinetunedModule(model, tasks, config.export_precision)
@@ -471,6 +472,7 @@ def _text_encoding(pretrained: Pretrained, max_seq_length: int):
     tokenizer = backend_tokenizer(pretrained.vocab, pretrained.do_lower_case,
                                   pretrained.strip_accents)
     if keras.backend.backend() == "tensorflow":
+        # lazy: TensorFlow is optional here (the in-graph encoder; JAX runs encode in numpy)
         from electra_tf.finetuning.encoding import TextEncoder
 
         return tokenizer, TextEncoder(tokenizer, max_seq_length)
@@ -492,6 +494,7 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
     except ValueError as e:
         raise FinetuningError(str(e)) from None
     if backend == "tensorflow":
+        # lazy: TensorFlow is optional here (JAX and PyTorch fine-tuning never import it)
         from electra_tf.training.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (strategy.py)

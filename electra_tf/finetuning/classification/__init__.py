@@ -5,6 +5,8 @@ Modules: `data` (GLUE layouts and the generic reader, examples and labels), `tas
 `FinetuningTask`: pair features, accuracy / F1 / MCC, serving).
 """
 
+from electra_tf.finetuning.classification.task import ClassificationTask
+
 # Official GLUE names (wnli, and any generic task, are classification too: `registry`).
 TASK_NAMES = ("cola", "mrpc", "mnli", "sst", "rte", "qnli", "qqp")
 
@@ -12,5 +14,4 @@ TASK_NAMES = ("cola", "mrpc", "mnli", "sst", "rte", "qnli", "qqp")
 def build_task(name: str, config, pretrained, tokenizer, text_encoder):
     """The `ClassificationTask` of `name` (as given: a generic task's name is its directory's)."""
     del pretrained, tokenizer  # classification encodes with the run's TextEncoder
-    from electra_tf.finetuning.classification.task import ClassificationTask
     return ClassificationTask(name, config, text_encoder)

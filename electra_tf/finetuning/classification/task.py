@@ -89,6 +89,7 @@ class ClassificationTask(FinetuningTask):
     def serving(self, model):
         import tensorflow as tf
 
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
         from electra_tf.finetuning.export import sentence_serving
 
         label_names = tf.constant(list(self.labels), tf.string)

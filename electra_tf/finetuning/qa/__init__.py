@@ -9,13 +9,14 @@ MRQA evaluation), `task` (the `FinetuningTask`), `serving` (the exported questio
 signature, decoding in-graph).
 """
 
-SQUAD_TASKS = ("squad", "squadv1")
-MRQA_TASKS = ("newsqa", "naturalqs", "triviaqa", "searchqa")
+from electra_tf.finetuning.qa.data import MRQA_TASKS, SQUAD_TASKS
+
 TASK_NAMES = SQUAD_TASKS + MRQA_TASKS
 
 
 def build_task(name: str, config, pretrained, tokenizer, text_encoder):
     """The `QATask` of the official name `name`."""
     del pretrained, text_encoder  # QA windows its contexts with the run's Tokenizer
+    # lazy: the task imports TensorFlow (its tokenizer); the registry is read on JAX too
     from electra_tf.finetuning.qa.task import QATask
     return QATask(name, config, tokenizer)

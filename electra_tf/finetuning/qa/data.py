@@ -38,6 +38,9 @@ from electra_tf.finetuning.task_files import DataFileError, decoded_lines
 
 logger = logging.getLogger("electra_tf")
 
+# The official names of the tasks each reader reads: SQuAD's JSON files, MRQA's JSON Lines.
+SQUAD_TASKS = ("squad", "squadv1")
+MRQA_TASKS = ("newsqa", "naturalqs", "triviaqa", "searchqa")
 QA_WHITESPACE = frozenset(" \t\r\n\u202f")
 # Official `debug`: the MRQA reader stops at line index 10 (header + 10 paragraphs).
 DEBUG_MRQA_LINES = 11

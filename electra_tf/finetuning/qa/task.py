@@ -24,8 +24,9 @@ from typing import Dict, Optional
 
 from electra_tf import atomic
 from electra_tf.data.tokenization import Tokenizer
-from electra_tf.finetuning.qa import MRQA_TASKS, evaluation
-from electra_tf.finetuning.qa.data import DEBUG_MRQA_LINES, QASplit, read_mrqa, read_squad
+from electra_tf.finetuning.qa import evaluation
+from electra_tf.finetuning.qa.data import (DEBUG_MRQA_LINES, MRQA_TASKS, QASplit, read_mrqa,
+                                           read_squad)
 from electra_tf.finetuning.qa.decoding import BasicTokenCache, Decoder, Prediction
 from electra_tf.finetuning.qa.features import QAFeatures, featurize
 from electra_tf.finetuning.task import (QUESTION_ANSWERING, EvalSet, FeatureSpec, FinetuningTask,
@@ -195,5 +196,6 @@ class QATask(FinetuningTask):
         return metrics
 
     def serving(self, model):
+        # lazy: the export's machinery (finetuning.export, training.export) loads only to export
         from electra_tf.finetuning.qa.serving import qa_serving
         return qa_serving(model, self.name, self.tokenizer, self.config, self.v2)

@@ -172,7 +172,8 @@ class STSTask(FinetuningTask):
             predictions = outputs["predictions"]
             return {"predictions": predictions, "scores": MIN_VALUE + MAX_VALUE * predictions}
 
-        from electra_tf.finetuning.export import sentence_serving  # TensorFlow
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
+        from electra_tf.finetuning.export import sentence_serving
 
         return sentence_serving(model, self.name, self.text_encoder, True, postprocess)
 

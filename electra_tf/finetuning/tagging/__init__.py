@@ -9,6 +9,10 @@ first sub-tokens, summed cross-entropy), `metrics` (span F1, entity F1, accuracy
 `ner`, `pos` (the tasks), `serving` (the exported raw-text signature).
 """
 
+from electra_tf.finetuning.tagging.chunk import ChunkingTask
+from electra_tf.finetuning.tagging.ner import NerTask
+from electra_tf.finetuning.tagging.pos import PosTask
+
 TASK_NAMES = ("chunk",)
 # electra-tf's tasks of this family (not in the official registry).
 ADDED_TASK_NAMES = ("ner", "pos")
@@ -18,10 +22,7 @@ def build_task(name: str, config, pretrained, tokenizer, text_encoder):
     """The tagging task of name `name` (chunk, ner or pos)."""
     del tokenizer, text_encoder  # tagging builds its own Tokenizer (casing: `tagging_cased`)
     if name == "ner":
-        from electra_tf.finetuning.tagging.ner import NerTask
         return NerTask(name, config, pretrained)
     if name == "pos":
-        from electra_tf.finetuning.tagging.pos import PosTask
         return PosTask(name, config, pretrained)
-    from electra_tf.finetuning.tagging.chunk import ChunkingTask
     return ChunkingTask(name, config, pretrained)

@@ -46,6 +46,7 @@ class ChunkingTask(ConllTaggingTask):
                        outputs["loss"], self.labels, self.config.legacy_tagging_loss)
 
     def serving(self, model):
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
         from electra_tf.finetuning.tagging.serving import tagging_serving
         return tagging_serving(model, self.name, self.tokenizer, self.labels,
                                self.config.max_seq_length)

@@ -58,6 +58,7 @@ class NerTask(ConllTaggingTask):
         return values
 
     def serving(self, model):
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
         from electra_tf.finetuning.tagging.serving import EntityDecoder, tagging_serving
         decoder = EntityDecoder(self.labels, self.config.tagging_scheme,
                                 self.config.tagging_entity_mode)

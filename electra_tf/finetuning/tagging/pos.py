@@ -42,6 +42,7 @@ class PosTask(ConllTaggingTask):
         return values
 
     def serving(self, model):
+        # lazy: TensorFlow is optional here (export is TensorFlow's; training runs on JAX too)
         from electra_tf.finetuning.tagging.serving import tagging_serving
         return tagging_serving(model, self.name, self.tokenizer, self.labels,
                                self.config.max_seq_length, raw_text=True)

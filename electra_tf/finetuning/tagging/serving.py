@@ -36,6 +36,7 @@ import tensorflow_text as tf_text
 
 from electra_tf.data.tokenization import Tokenizer
 from electra_tf.finetuning.export import TaskServing, int_spec, text_spec
+from electra_tf.finetuning.tagging.entities import decoding_tables
 
 # Python's str.split() whitespace (the CoNLL reader's word boundaries), as an RE2 class.
 _PYTHON_WHITESPACE = "[" + "".join(f"\\x{{{cp:04x}}}" for cp in range(sys.maxunicode + 1)
@@ -169,7 +170,6 @@ class EntityDecoder(tf.Module):
 
     def __init__(self, labels: Sequence[str], scheme: str, mode: str, name=None):
         super().__init__(name=name)
-        from electra_tf.finetuning.tagging.entities import decoding_tables
         links, starts, ends, types = decoding_tables(labels, scheme, mode)
         self.none_id = len(labels)
         self.links = tf.constant(links)
