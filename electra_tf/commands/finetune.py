@@ -21,6 +21,7 @@ Examples:
       --hparams '{"task_names": ["ner"], "raw_data_dir": "DIR", "tagging_scheme": "BIOES"}'
   electra-finetune --backend jax --model-name electra_small --hparams '{"task_names": ["sst"]}'
   electra-finetune --backend torch --model-name electra_small --hparams '{"task_names": ["chunk"]}'
+  electra-finetune --export-weights DIR/finetuning_models/chunk_model_1/weights.npz
 """
 
 from __future__ import annotations
@@ -76,6 +77,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "checkpoints every save_checkpoints_steps steps, resumed by a rerun; "
                         "saves the fine-tuned weights, <tasks>_model_<trial>/weights.npz, not a "
                         "SavedModel; docs/finetuning.md, Fine-tuning on JAX and PyTorch)")
+    parser.add_argument("--export-weights", metavar="WEIGHTS_NPZ",
+                        help="instead of fine-tuning: export a --backend jax/torch trial's "
+                        "<tasks>_model_<trial>/weights.npz as the SavedModel the TensorFlow "
+                        "runner writes (raw-text signatures), to saved_model/ beside it; needs "
+                        "TensorFlow and the trial's task files")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace existing results and fine-tuned models of these tasks")
     console.add_verbosity_flags(parser)
@@ -110,8 +116,11 @@ def main(argv=None, prog: str = PROG) -> int:
 
     def work():
         from electra_tf.finetuning.config import FinetuningConfig
-        from electra_tf.finetuning.runner import run
+        from electra_tf.finetuning.runner import export_weights, run
 
+        if args.export_weights:
+            print(f"model: {export_weights(args.export_weights)}")
+            return
         config = FinetuningConfig.create(args.model_name, args.data_dir,
                                          with_spm_model(args.hparams, args.spm_model))
         results = run(config, overwrite=args.overwrite)

@@ -31,6 +31,7 @@ def backend_tokenizer(vocab, do_lower_case: bool, strip_accents: bool):
         vocab: electra_tf.vocab.Vocab.
         do_lower_case, strip_accents: bool. BERT's normalisation.
     """
+    # lazy: the numpy encoder above needs no Keras
     import keras
 
     if keras.backend.backend() == "tensorflow":

@@ -228,6 +228,7 @@ class _JaxSteps:
     `sync` writes it back (a checkpoint, the end)."""
 
     def __init__(self, model: FinetuningModel, optimizer, task_names: List[str]):
+        # lazy: only the backend in use is installed for sure
         import jax
 
         self.model, self.optimizer = model, optimizer
@@ -277,6 +278,7 @@ class _TorchSteps:
         self.model, self.optimizer, self.task_names = model, optimizer, task_names
 
     def step(self, batch):
+        # lazy: only the backend in use is installed for sure
         import torch
 
         model = self.model
@@ -328,6 +330,7 @@ def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarr
 
 
 def _jax_forward(model: FinetuningModel, task_name: str) -> Callable:
+    # lazy: only the backend in use is installed for sure
     import jax
 
     trainable = [v.value for v in model.trainable_variables]
@@ -344,6 +347,7 @@ def _jax_forward(model: FinetuningModel, task_name: str) -> Callable:
 
 
 def _torch_forward(model: FinetuningModel, task_name: str) -> Callable:
+    # lazy: only the backend in use is installed for sure
     import torch
 
     def forward(batch):

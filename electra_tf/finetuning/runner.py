@@ -25,10 +25,14 @@
 
 Existing outputs are never replaced without `overwrite`.
 
-On JAX (`backend="jax"`, no TensorFlow imported) the same run, with the training loop and
-prediction of `portable_runner` and the TF-free tokenizer (the same ids); the classification
-and regression families only, and step 2d writes the trained weights
-(`<tasks>_model_<trial>/weights.npz`) instead of a SavedModel.
+On JAX and PyTorch (`backend="jax"` / `"torch"`, no TensorFlow imported) the same run, with
+the training loop, checkpoints and prediction of `portable_runner` and the TF-free tokenizer
+(the same ids); the classification, regression and tagging families. Step 2b saves a
+checkpoint every `save_checkpoints_steps` steps and at the end (`<tasks>_checkpoints_<trial>/`),
+so a rerun of an interrupted run keeps its finished trials (results_json) and resumes the
+interrupted one; step 2d writes the trained weights (`<tasks>_model_<trial>/weights.npz`)
+instead of a SavedModel, which `export_weights` (`--export-weights`, on TensorFlow) turns into
+that SavedModel.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from electra_tf.progress import eta_seconds, format_duration
 from electra_tf.training import graph_leaks, portable_checkpoint
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
 
@@ -338,41 +343,43 @@ def _json_clean(value):
     return json.loads(json.dumps(value, default=str))
 
 
-def _has_checkpoints(config: FinetuningConfig, backend: str) -> bool:
-    """Whether a JAX / PyTorch run left checkpoints of a trial of this config (a rerun resumes
-    them rather than refusing its own outputs)."""
-    return backend != "tensorflow" and any(
-        portable_checkpoint.checkpoints(config.trial_checkpoint_dir(t))
-        for t in range(1, config.num_trials + 1))
-
-
-def _completed_trials(config: FinetuningConfig, overwrite: bool) -> List[dict]:
-    """JAX / PyTorch: the trials an interrupted run of the same hparams finished (the records
-    of its results_json), which a rerun keeps. None without that file, after other hparams,
-    with `overwrite` (which removes the trials' checkpoints), or when every trial is done (a
-    rerun of a finished run: `_check_outputs` refuses its outputs without `overwrite`).
+def _resumed_trials(config: FinetuningConfig, overwrite: bool) -> Optional[List[dict]]:
+    """JAX / PyTorch: what a rerun of an interrupted run of the same hparams keeps, the records
+    of the trials it finished (its results_json; [] when it stopped in trial 1 after a
+    checkpoint). None when there is nothing to resume: `_check_outputs` then decides (a
+    finished run's or another run's outputs are refused without `overwrite`, which also removes
+    the trials' checkpoints here).
     """
     if overwrite:
         for trial in range(1, config.num_trials + 1):
-            directory = config.trial_checkpoint_dir(trial)
-            for path in portable_checkpoint.checkpoints(directory):
+            for path in portable_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
                 os.remove(path)
-        return []
+        return None
     if not os.path.exists(config.results_json):
-        return []
+        has_checkpoints = any(portable_checkpoint.checkpoints(config.trial_checkpoint_dir(t))
+                              for t in range(1, config.num_trials + 1))
+        return [] if has_checkpoints else None
     try:
         with open(config.results_json, encoding="utf-8") as f:
             previous = json.load(f)
     except (OSError, ValueError):
-        return []
+        return None
     untrained = portable_runner.UNTRAINED_HPARAMS
     mine = {k: v for k, v in _json_clean(config.to_dict()).items() if k not in untrained}
     theirs = {k: v for k, v in (previous.get("config") or {}).items() if k not in untrained}
     trials = previous.get("trials") or []
     if (mine != theirs or previous.get("backend") == "tensorflow"
             or not 0 < len(trials) < config.num_trials):
-        return []
+        return None
     return trials
+
+
+def _ordered_like(values: dict, template: dict) -> dict:
+    """`values` (nested dicts) with the keys `template` has first, in its order."""
+    ordered = {k: values[k] for k in template if k in values}
+    ordered.update({k: v for k, v in values.items() if k not in ordered})
+    return {k: _ordered_like(v, template.get(k, {})) if isinstance(v, dict) else v
+            for k, v in ordered.items()}
 
 
 def _write_results(config: FinetuningConfig, results: dict) -> None:
@@ -435,6 +442,8 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
                               "encoder_config": pretrained.encoder_config,
                               "tasks": [t.head_config() for t in tasks],
                               "vocab": pretrained.vocab.path,
+                              "do_lower_case": pretrained.do_lower_case,
+                              "strip_accents": pretrained.strip_accents,
                               "backend": keras.backend.backend()})
             logger.info("  saved the fine-tuned weights to %s", record["export"])
             return record
@@ -446,6 +455,67 @@ def _run_trial(config: FinetuningConfig, trial: int, pretrained: Pretrained,
                                             config.to_json(), pretrained.vocab.path)
         logger.info("  exported %s", record["export"])
     return record
+
+
+def export_weights(weights_path: str, target: Optional[str] = None) -> str:
+    """The SavedModel of a JAX / PyTorch trial's `weights.npz`, as the TensorFlow runner exports
+    it (`--export-weights`; TensorFlow backend).
+
+    The archive's meta names the fine-tuning config, encoder, heads, vocab and casing; the tasks
+    are built again from the config's `raw_data_dir` (their labels and serving come from the
+    task files), the model gets the archive's arrays by variable path.
+
+    Args:
+        weights_path: str. `<tasks>_model_<trial>/weights.npz`.
+        target: str. Export directory (replaced); default `saved_model/` beside the archive.
+
+    Returns:
+        The export directory.
+
+    Raises:
+        FinetuningError: not TensorFlow, not a weights archive, or the task files give other
+            heads (labels) than the archive's.
+    """
+    if keras.backend.backend() != "tensorflow":
+        raise FinetuningError("--export-weights writes a TensorFlow SavedModel: run it with "
+                              "--backend tensorflow (TensorFlow installed)")
+    # lazy: TensorFlow is optional here (the SavedModel export is TensorFlow's)
+    from electra_tf.finetuning.export import FinetunedModule, export_finetuned
+
+    try:
+        with np.load(weights_path, allow_pickle=False) as archive:
+            meta = json.loads(str(archive["meta"]))
+            arrays = {k: archive[k] for k in archive.files if k != "meta"}
+        config = FinetuningConfig.from_dict(meta["finetuning_config"])
+        encoder_config, heads = meta["encoder_config"], meta["tasks"]
+        casing = (meta["do_lower_case"], meta["strip_accents"])
+    except (OSError, ValueError, KeyError) as e:
+        raise FinetuningError(f"{weights_path} is not a fine-tuned weights archive of "
+                              f"--backend jax/torch ({type(e).__name__}: {e})") from None
+    vocab = load_vocab(meta["vocab"])
+    pretrained = Pretrained(encoder_config, None, vocab, *casing, "weights", weights_path, 0)
+    tokenizer, text_encoder = _text_encoding(pretrained, config.max_seq_length)
+    tasks = [build_task(name, config, pretrained, tokenizer, text_encoder)
+             for name in config.task_names]
+    rebuilt = _json_clean([t.head_config() for t in tasks])
+    if rebuilt != heads:
+        raise FinetuningError(f"the task files of {config.raw_data_dir} give the heads "
+                              f"{rebuilt}, {weights_path} holds {heads}: export where the "
+                              "trial's task files are")
+    model = FinetuningModel(encoder_config, heads)
+    missing = [v.path for v in model.weights if v.path not in arrays]
+    if missing:
+        raise FinetuningError(f"{weights_path} lacks {missing[0]} of the model it describes")
+    for variable in model.weights:
+        variable.assign(arrays[variable.path])
+    target = target or os.path.join(os.path.dirname(os.path.abspath(weights_path)),
+                                    SAVED_MODEL_DIR)
+    module = FinetunedModule(model, tasks, config.export_precision)
+    return export_finetuned(module, target, config.to_json(), vocab.path)
+
+
+# --export-weights' default export directory, beside the weights archive.
+SAVED_MODEL_DIR = "saved_model"
 
 
 def run(config: FinetuningConfig, overwrite: bool = False) -> dict:
@@ -498,9 +568,10 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         from electra_tf.training.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (strategy.py)
-    done_trials = _completed_trials(config, overwrite) if backend != "tensorflow" else []
-    if not done_trials and not _has_checkpoints(config, backend):
+    done_trials = _resumed_trials(config, overwrite) if backend != "tensorflow" else None
+    if done_trials is None:
         _check_outputs(config, overwrite)
+        done_trials = []
     pretrained = load_pretrained(config)
     tokenizer, text_encoder = _text_encoding(pretrained, config.max_seq_length)
     tasks = [build_task(name, config, pretrained, tokenizer, text_encoder)
@@ -546,6 +617,11 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
             with _graphs_released():
                 record = _run_trial(config, trial, pretrained, tasks, table, task_names,
                                     eval_sets, results_dir)
+            if done_trials and trial == len(done_trials) + 1:
+                # results.json sorts keys: the kept trials' metrics back in the scorers' order
+                # (results.txt's), which this trial's record has.
+                for kept in done_trials:
+                    kept["metrics"] = _ordered_like(kept["metrics"], record["metrics"])
             results["trials"].append(record)
             if results["trials"][0]["metrics"]:
                 results["summary"] = summarize(results["trials"])

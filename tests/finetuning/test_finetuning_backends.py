@@ -11,6 +11,7 @@ step: rtol 1e-4.
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -142,6 +143,32 @@ def test_the_tool_fine_tunes_classification_on_jax_without_tensorflow(tmp_path):
     weights = results["trials"][0]["export"]
     assert weights == str(tmp_path / "models" / "source_model_1" / "weights.npz")
     assert os.path.isfile(weights)
+
+    # The weights reach TensorFlow serving: --export-weights writes the TensorFlow runner's
+    # SavedModel, whose predictions score the dev set as the JAX run did.
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "run_finetuning.py"),
+                           "--export-weights", weights], capture_output=True, text=True,
+                          timeout=900, env=fx.subprocess_env(), cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    exported = str(tmp_path / "models" / "source_model_1" / "saved_model")
+    assert proc.stdout.strip().splitlines()[-1] == f"model: {exported}"
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (the tokenizer's ops)
+
+    from electra_tf.finetuning.config import FinetuningConfig
+    from electra_tf.finetuning.pretrained import load_pretrained
+    from electra_tf.finetuning.registry import build_task
+    from electra_tf.finetuning.runner import _text_encoding
+
+    config = FinetuningConfig.from_dict(results["config"])
+    pretrained = load_pretrained(config)
+    dev = build_task("source", config, pretrained,
+                     *_text_encoding(pretrained, config.max_seq_length)).eval_sets()[0]
+    serve = tf.saved_model.load(exported).signatures["source_ids"]
+    predicted = serve(**{k: tf.constant(dev.features[k])
+                         for k in ("input_ids", "input_mask", "segment_ids")})["label_ids"]
+    accuracy = 100.0 * np.mean(predicted.numpy() == dev.features["label_ids"])
+    assert accuracy == pytest.approx(results["trials"][0]["metrics"]["source"]["dev"]["accuracy"])
 
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
