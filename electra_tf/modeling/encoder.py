@@ -72,6 +72,9 @@ class ElectraEncoder(keras.layers.Layer):
             type_vocab_size. None builds a new block. `embeddings_project` is never shared.
             A `DisentangledEmbeddings` (GDES, `embedding_sharing` "gdes") reads its block
             through zero-initialised deltas: the discriminator under GDES.
+        fused_attention: bool. Each block computes its attention core with
+            `keras.ops.dot_product_attention` (`TransformerLayer`; needs
+            attention_probs_dropout_prob 0). Default False.
         **kwargs: forwarded to `keras.layers.Layer`. `name` defaults to "electra", the official
             scope (the generator should pass name="generator").
 
@@ -97,7 +100,7 @@ class ElectraEncoder(keras.layers.Layer):
                  max_position_embeddings: int = 512, type_vocab_size: int = 2,
                  initializer_range: float = 0.02,
                  embeddings: Optional[Union[ElectraEmbeddings, DisentangledEmbeddings]] = None,
-                 **kwargs):
+                 fused_attention: bool = False, **kwargs):
         kwargs.setdefault("name", "electra")
         super().__init__(**kwargs)
         if embedding_size is None:
@@ -117,6 +120,7 @@ class ElectraEncoder(keras.layers.Layer):
         self.max_position_embeddings = max_position_embeddings
         self.type_vocab_size = type_vocab_size
         self.initializer_range = initializer_range
+        self.fused_attention = fused_attention
 
         if embeddings is None:
             embeddings = ElectraEmbeddings(
@@ -145,7 +149,8 @@ class ElectraEncoder(keras.layers.Layer):
                 dropout=hidden_dropout_prob, attention_dropout=attention_probs_dropout_prob,
                 activation=activation, layer_norm_epsilon=LAYER_NORM_EPSILON,
                 kernel_initializer=truncated_normal(initializer_range), bias_initializer="zeros",
-                normalize_first=False, dtype=self.dtype_policy, name=f"layer_{i}"))
+                normalize_first=False, fused_attention=fused_attention, dtype=self.dtype_policy,
+                name=f"layer_{i}"))
         self.build()
 
     @property
@@ -242,6 +247,7 @@ class ElectraEncoder(keras.layers.Layer):
             "max_position_embeddings": self.max_position_embeddings,
             "type_vocab_size": self.type_vocab_size,
             "initializer_range": self.initializer_range,
+            "fused_attention": self.fused_attention,
         })
         return config
 

@@ -25,6 +25,15 @@ Both heads return float32 logits whatever the dtype policy, because the logits f
 sigmoid losses and the generator's sampling: the matmuls run in the compute dtype (bfloat16 under
 mixed_bfloat16) and are cast to float32; the generator's [V] output_bias is kept and added in
 float32.
+
+Vocabulary padding (`GeneratorHead(vocab_padding_multiple=128)`, issue 45; off by default): the
+projection onto the vocabulary runs on the table padded with zero rows to a multiple of
+`vocab_padding_multiple` (30522 -> 30592), a matmul shape GPUs tile without a ragged edge. The
+variables are unchanged ([V, E] table, [V] output_bias: checkpoints and names as without it). The
+padded columns' logits are `PADDED_LOGIT`: with `padded_logits=True` the caller gets all
+[..., V_padded] columns (the pretraining model's loss, argmax and Gumbel sampling run on them:
+exp(PADDED_LOGIT - max) is exactly 0 in float32, so no pad column is ever sampled or predicted
+and the softmax sums gain exact zeros); otherwise the pad columns are sliced off.
 """
 
 from __future__ import annotations
@@ -34,6 +43,11 @@ from keras import ops
 
 from electra_tf.modeling import kernel_settings, ops_kernels, tf_kernels
 from electra_tf.modeling.embeddings import LAYER_NORM_EPSILON, get_activation, truncated_normal
+
+# The logit of a padded vocabulary column: exp(PADDED_LOGIT - max logit) underflows to exactly 0
+# in float32 (as the attention's masked scores, ops_kernels.MASKED_SCORE), and it stays below
+# any real logit after the sampler's temperature and -1000 disallow penalty.
+PADDED_LOGIT = -1e9
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -45,6 +59,8 @@ class GeneratorHead(keras.layers.Layer):
         vocab_size: int. Rows V of the table; the size of `output_bias`.
         hidden_act: str. Activation of the dense layer ("gelu" = exact erf GELU).
         initializer_range: float. Stddev of the dense kernel's truncated-normal initializer.
+        vocab_padding_multiple: int. The projection runs on the table padded to a multiple of
+            this many rows (module docstring); 1 (default) pads nothing.
         **kwargs: forwarded to `keras.layers.Layer`; `name` defaults to "generator_predictions".
 
     Call arguments:
@@ -52,19 +68,29 @@ class GeneratorHead(keras.layers.Layer):
             generator's final hidden states, already gathered at masked_lm_positions.
         word_embeddings_table: the `[vocab_size, embedding_size]` table (tensor or variable,
             e.g. `encoder.embeddings.word_embeddings.embeddings`). Gradients flow into it.
+        padded_logits: bool. Return the padded columns too (`PADDED_LOGIT` each).
 
     Returns:
-        float32 logits `[batch_size, num_positions, vocab_size]`.
+        float32 logits `[batch_size, num_positions, vocab_size]`, or
+        `[batch_size, num_positions, padded_vocab_size]` with `padded_logits`.
+
+    Raises:
+        ValueError: `vocab_padding_multiple` is not a positive int.
     """
 
     def __init__(self, embedding_size: int, vocab_size: int, hidden_act: str = "gelu",
-                 initializer_range: float = 0.02, **kwargs):
+                 initializer_range: float = 0.02, vocab_padding_multiple: int = 1, **kwargs):
         kwargs.setdefault("name", "generator_predictions")
         super().__init__(**kwargs)
+        if (isinstance(vocab_padding_multiple, bool) or not isinstance(vocab_padding_multiple, int)
+                or vocab_padding_multiple < 1):
+            raise ValueError(f"{self.name}: vocab_padding_multiple must be an int >= 1, got "
+                             f"{vocab_padding_multiple!r}")
         self.embedding_size = embedding_size
         self.vocab_size = vocab_size
         self.hidden_act = hidden_act
         self.initializer_range = initializer_range
+        self.vocab_padding_multiple = vocab_padding_multiple
         self.dense = keras.layers.Dense(
             embedding_size, activation=get_activation(hidden_act),
             kernel_initializer=truncated_normal(initializer_range), bias_initializer="zeros",
@@ -79,11 +105,23 @@ class GeneratorHead(keras.layers.Layer):
         self.output_bias = self.add_weight(
             name="output_bias", shape=(self.vocab_size,), initializer="zeros", autocast=False)
 
-    def call(self, hidden, word_embeddings_table):
+    @property
+    def padded_vocab_size(self) -> int:
+        """The vocabulary size rounded up to a multiple of `vocab_padding_multiple`."""
+        return -(-self.vocab_size // self.vocab_padding_multiple) * self.vocab_padding_multiple
+
+    def call(self, hidden, word_embeddings_table, padded_logits=False):
         table = ops.cast(word_embeddings_table, self.compute_dtype)  # [V, E]
         if len(table.shape) != 2 or table.shape[-1] != self.embedding_size:
             raise ValueError(f"{self.name}: word_embeddings_table must be [vocab_size, "
                              f"{self.embedding_size}], got {tuple(table.shape)}")
+        pad = self.padded_vocab_size - self.vocab_size
+        bias = ops.cast(self.output_bias.value, "float32")
+        if pad:
+            # Zero rows, so the pad columns' products are 0 and their logit is the bias's pad:
+            # PADDED_LOGIT. The gradient into the table is the padded one's first V rows.
+            table = ops.pad(table, ((0, pad), (0, 0)))
+            bias = ops.concatenate([bias, ops.full((pad,), PADDED_LOGIT, "float32")])
         x = self.layer_norm(self.dense(hidden))  # [B, N, E]
         shape = ops.shape(x)
         flat = ops.reshape(x, (-1, self.embedding_size))
@@ -94,11 +132,15 @@ class GeneratorHead(keras.layers.Layer):
             logits = tf.matmul(flat, table, transpose_b=True)  # [B*N, V]
         else:
             logits = ops.matmul(flat, ops.transpose(table))
-        logits = ops.cast(logits, "float32") + ops.cast(self.output_bias.value, "float32")
-        return ops.reshape(logits, tuple(shape[:-1]) + (self.vocab_size,))
+        logits = ops.cast(logits, "float32") + bias  # [B*N, V or V_padded]
+        if pad and not padded_logits:
+            logits = logits[:, :self.vocab_size]
+        width = self.padded_vocab_size if padded_logits else self.vocab_size
+        return ops.reshape(logits, tuple(shape[:-1]) + (width,))
 
-    def compute_output_spec(self, hidden, word_embeddings_table):
-        return keras.KerasTensor(tuple(hidden.shape[:-1]) + (self.vocab_size,), dtype="float32")
+    def compute_output_spec(self, hidden, word_embeddings_table, padded_logits=False):
+        width = self.padded_vocab_size if padded_logits else self.vocab_size
+        return keras.KerasTensor(tuple(hidden.shape[:-1]) + (width,), dtype="float32")
 
     def get_config(self):
         config = super().get_config()
@@ -107,6 +149,7 @@ class GeneratorHead(keras.layers.Layer):
             "vocab_size": self.vocab_size,
             "hidden_act": self.hidden_act,
             "initializer_range": self.initializer_range,
+            "vocab_padding_multiple": self.vocab_padding_multiple,
         })
         return config
 

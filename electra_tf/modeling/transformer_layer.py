@@ -78,14 +78,30 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         dropout: float. Dropout on the two residual branches (official hidden_dropout_prob).
         attention_dropout: float or None. Dropout on the attention probabilities (official
             attention_probs_dropout_prob); None means the same as `dropout`.
+        fused_attention: bool. Compute softmax(QK^T + mask) V with
+            `keras.ops.dot_product_attention` (on JAX: cuDNN flash attention where the GPU and
+            shapes allow it, else XLA's own) in the keras.ops block (`_ops_call`, which then
+            runs on TensorFlow too). The same function (equal to float rounding); it has no
+            dropout on the probabilities, so `attention_dropout` must be 0. Default False.
         **kwargs: forwarded to `keras_hub.layers.TransformerEncoder` (activation,
             layer_norm_epsilon, kernel_initializer, normalize_first, name, dtype, ...).
+
+    Raises:
+        ValueError: `fused_attention` with an `attention_dropout` above 0.
     """
 
     def __init__(self, intermediate_dim: int, num_heads: int, dropout: float = 0.0,
-                 attention_dropout: Optional[float] = None, **kwargs):
+                 attention_dropout: Optional[float] = None, fused_attention: bool = False,
+                 **kwargs):
         super().__init__(intermediate_dim, num_heads, dropout=dropout, **kwargs)
         self.attention_dropout = dropout if attention_dropout is None else attention_dropout
+        self.fused_attention = fused_attention
+        if fused_attention and self.attention_dropout > 0:
+            raise ValueError(
+                f"{self.name}: fused_attention computes attention with "
+                "keras.ops.dot_product_attention, which has no dropout on the attention "
+                f"probabilities; set the attention dropout (attention_probs_dropout_prob) to 0, "
+                f"got {self.attention_dropout}")
 
     def build(self, inputs_shape):
         # The parent builds all three Dropout layers (two residual, one inside the attention)
@@ -111,6 +127,8 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                 or self.normalize_first or inputs.shape[-1] is None):
             return super().call(inputs, padding_mask=padding_mask, attention_mask=attention_mask,
                                 training=training, return_attention_scores=return_attention_scores)
+        if self.fused_attention:  # keras.ops.dot_product_attention, on every backend
+            return self._ops_call(inputs, padding_mask, bool(training))
         if kernel_settings.use_xla(training):
             return self._xla_call(inputs, padding_mask, True)
         if kernel_settings.use_tensorflow_kernels():
@@ -283,16 +301,14 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                                      axis=1)
         qkv = ops.cast(ops.matmul(rows, qkv_kernel), "float32") + ops.concatenate(
             [bias(p) for p in projections], axis=0)  # [B*L, 3*heads*hs]
-        qkv = ops.transpose(ops.reshape(qkv, (shape[0], shape[1], 3, heads, head_size)),
-                            (2, 0, 3, 1, 4))
-        query, key, value = ops.unstack(qkv, 3, axis=0)  # [B, heads, L, hs], float32
-        query = ops.cast(query * attention._inverse_sqrt_key_dim, dtype)  # keras scales queries
-        scores = ops.matmul(query, ops.swapaxes(ops.cast(key, dtype), -1, -2))  # [B, heads, L, L]
-        probs = ops_kernels.attention_probs(
-            scores, None if padding_mask is None else ops_kernels.padding_bias(padding_mask),
-            ops_kernels.draw(attention._dropout_layer, ops.shape(scores), dtype, training))
-        context = ops.matmul(probs, ops.cast(value, dtype))  # [B, heads, L, hs]
-        context = ops.reshape(ops.transpose(context, (0, 2, 1, 3)), (-1, heads * head_size))
+        qkv = ops.reshape(qkv, (shape[0], shape[1], 3, heads, head_size))
+        # The core under its own name scope: profiles (benchmarks/profile_step.py) find it there.
+        with keras.name_scope("attention"):
+            if self.fused_attention:
+                context = self._dot_product_attention(qkv, padding_mask, dtype)
+            else:
+                context = self._attention_core(qkv, padding_mask, dtype, training)
+        context = ops.reshape(context, (-1, heads * head_size))
         out = attention._output_dense
         attended = self._ops_matmul_norm(
             context, kernel(out, (heads * head_size, width)), bias(out), rows,
@@ -305,6 +321,39 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
                                        self._feedforward_layer_norm, training)
         return ops.reshape(hidden, shape)
 
+    def _attention_core(self, qkv, padding_mask, dtype, training):
+        """dropout(softmax(Q K^T + mask)) V from float32 qkv [B, L, 3, heads, hs]: the query
+        scaled in float32 and both matmuls in the compute dtype, as `_xla_call`.
+
+        Returns:
+            [B, L, heads, hs] in the compute dtype.
+        """
+        attention = self._self_attention_layer
+        query, key, value = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+        query = ops.cast(query * attention._inverse_sqrt_key_dim, dtype)  # keras scales queries
+        scores = ops.matmul(query, ops.swapaxes(ops.cast(key, dtype), -1, -2))  # [B, heads, L, L]
+        probs = ops_kernels.attention_probs(
+            scores, None if padding_mask is None else ops_kernels.padding_bias(padding_mask),
+            ops_kernels.draw(attention._dropout_layer, ops.shape(scores), dtype, training))
+        context = ops.matmul(probs, ops.cast(value, dtype))  # [B, heads, L, hs]
+        return ops.transpose(context, (0, 2, 1, 3))
+
+    def _dot_product_attention(self, qkv, padding_mask, dtype):
+        """`_attention_core` (without dropout: `attention_dropout` is 0) as one
+        `keras.ops.dot_product_attention` call on the [B, L, heads, hs] layout it takes.
+
+        The query is scaled in float32 before the cast as in `_attention_core` (scale 1 then);
+        the padding mask is the same -1e9 score bias (`ops_kernels.padding_bias`, [B, 1, 1, L],
+        cast to the compute dtype by keras); flash_attention None lets keras choose cuDNN's
+        fused kernel where it is usable (JAX on an Ampere or newer GPU) and XLA's otherwise.
+        """
+        attention = self._self_attention_layer
+        query, key, value = ops.unstack(qkv, 3, axis=2)  # [B, L, heads, hs] each, float32
+        query = ops.cast(query * attention._inverse_sqrt_key_dim, dtype)
+        bias = None if padding_mask is None else ops_kernels.padding_bias(padding_mask)
+        return ops.dot_product_attention(query, ops.cast(key, dtype), ops.cast(value, dtype),
+                                         bias=bias, scale=1.0)
+
     @staticmethod
     def _ops_matmul_norm(x, kernel, bias, residual, dropout_layer, norm, training):
         """LayerNorm(dropout(x @ kernel + bias) + residual) in `keras.ops` (`_matmul_norm`'s)."""
@@ -316,4 +365,5 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
     def get_config(self):
         config = super().get_config()
         config["attention_dropout"] = self.attention_dropout
+        config["fused_attention"] = self.fused_attention
         return config

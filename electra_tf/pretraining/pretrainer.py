@@ -105,6 +105,18 @@ class PretrainingModel(keras.Model):
         generator_encoder: optional Keras layer for the generator, same contract. The MLM head
             is tied to its word-embedding table. Sharing embeddings between two custom encoders
             is up to the caller, and does not survive `get_config` (each is serialized alone).
+        vocab_padding_multiple: int. Speed option (issue 45; 1 = off, the default): the MLM
+            head projects onto the vocabulary padded to a multiple of this many rows (128: a
+            GPU-friendly matmul), its padded columns masked with `heads.PADDED_LOGIT`; the loss,
+            argmax and Gumbel sampling run over the padded columns, which never win (under the
+            "hash" sampling stream: the same noise per real column, so the same samples; under
+            TensorFlow's "philox" stream the pad columns are sliced off first). Variables and
+            checkpoints are unchanged; the losses equal the unpadded ones to float32 rounding.
+        fused_attention: bool. Speed option (issue 45; default off): the encoders this model
+            builds compute the attention core with `keras.ops.dot_product_attention` (cuDNN
+            flash attention on a GPU under JAX); it has no dropout on the attention
+            probabilities, so it requires `attention_probs_dropout_prob` 0 in both encoder
+            configs (`TransformerLayer`); refused with custom encoders.
 
     Layers: `masking` (`ElectraMasking`), the generator and its `generator_head`, `fake_data`
     (`ElectraFakeData`), the discriminator and `discriminator_output`
@@ -145,8 +157,13 @@ class PretrainingModel(keras.Model):
                  temperature_schedule: str = "linear",
                  gen_weight: float = 1.0, disc_weight: float = 50.0, seed: int = 0,
                  discriminator_encoder: Optional[keras.layers.Layer] = None,
-                 generator_encoder: Optional[keras.layers.Layer] = None, **kwargs):
+                 generator_encoder: Optional[keras.layers.Layer] = None,
+                 vocab_padding_multiple: int = 1, fused_attention: bool = False, **kwargs):
         super().__init__(**kwargs)
+        if fused_attention and (discriminator_encoder is not None
+                                or generator_encoder is not None):
+            raise ValueError("fused_attention applies to the encoders PretrainingModel builds; "
+                             "give custom encoders their own attention instead")
         needs_generator = electra_objective and untied_generator and not uniform_generator
         _check_encoders(needs_generator, discriminator_config, generator_config,
                         discriminator_encoder, generator_encoder, embedding_sharing,
@@ -175,6 +192,8 @@ class PretrainingModel(keras.Model):
         self.seed = seed
         self.discriminator_encoder = discriminator_encoder
         self.generator_encoder = generator_encoder if needs_generator else None
+        self.vocab_padding_multiple = vocab_padding_multiple
+        self.fused_attention = fused_attention
         self._special = SpecialTokens(**self.special_tokens)
 
         # === Layers ===
@@ -204,10 +223,11 @@ class PretrainingModel(keras.Model):
                 initializer_range=model_config.initializer_range, name="embeddings")
             self.discriminator = ElectraEncoder.from_model_config(
                 model_config, embeddings=DisentangledEmbeddings(block, name="disentangled_embeddings"),
-                name=DISCRIMINATOR_NAME)
+                name=DISCRIMINATOR_NAME, **self._encoder_options())
         else:
             self.discriminator = ElectraEncoder.from_model_config(
-                ModelConfig(**self.discriminator_config), name=DISCRIMINATOR_NAME)
+                ModelConfig(**self.discriminator_config), name=DISCRIMINATOR_NAME,
+                **self._encoder_options())
         self.generator = None
         if self.generator_encoder is not None:
             self.generator = self.generator_encoder
@@ -218,7 +238,13 @@ class PretrainingModel(keras.Model):
             own = self.untied_generator_embeddings or self.frozen_generator
             shared = None if own else self.shared_embeddings
             self.generator = ElectraEncoder.from_model_config(
-                ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME)
+                ModelConfig(**self.generator_config), embeddings=shared, name=GENERATOR_NAME,
+                **self._encoder_options())
+
+    def _encoder_options(self) -> dict:
+        """The speed options of the encoders built here (none by default: the constructor's
+        defaults, so configs and checkpoints stay as without them)."""
+        return {"fused_attention": True} if self.fused_attention else {}
 
     def _build_heads(self) -> None:
         head_defaults = ModelConfig(**self.discriminator_config) if self.discriminator_config else None
@@ -231,7 +257,8 @@ class PretrainingModel(keras.Model):
             mlm_table = word_embedding_table(self.mlm_encoder)
             self.generator_head = GeneratorHead(
                 embedding_size=int(mlm_table.shape[1]), vocab_size=self.vocab_size,
-                hidden_act=hidden_act, initializer_range=initializer_range, name=GENERATOR_HEAD_NAME)
+                hidden_act=hidden_act, initializer_range=initializer_range,
+                vocab_padding_multiple=self.vocab_padding_multiple, name=GENERATOR_HEAD_NAME)
         self.fake_data = self.discriminator_output = self.discriminator_head = None
         if self.electra_objective:
             self.fake_data = ElectraFakeData(temperature=self.temperature,
@@ -322,7 +349,8 @@ class PretrainingModel(keras.Model):
         return self.generator if self.generator is not None else self.discriminator
 
     def _mlm_logits(self, masked: masking.MaskedInputs, training):
-        """Masked-LM logits [B, N, V] at the masked positions only."""
+        """Masked-LM logits [B, N, V] at the masked positions only ([B, N, V_padded] under
+        `vocab_padding_multiple` with the "hash" sampling stream: pad columns PADDED_LOGIT)."""
         if self.uniform_generator:
             # Official: all-zero logits; the loss is the constant log V, with no gradient.
             positions = masked.masked_lm_positions
@@ -333,7 +361,9 @@ class PretrainingModel(keras.Model):
                                  training)
         # Gather before the head: the vocab projection runs on N positions, not all L.
         hidden = tensor_ops.gather_positions(hidden, masked.masked_lm_positions)
-        logits = self.generator_head(hidden, word_embedding_table(encoder))
+        # The "philox" stream (TensorFlow only) draws its noise by shape: it samples unpadded.
+        padded = self.vocab_padding_multiple > 1 and sampling.sampling_rng() == "hash"
+        logits = self.generator_head(hidden, word_embedding_table(encoder), padded_logits=padded)
         # A frozen generator is a fixed sampler: nothing is differentiated through it.
         return ops.stop_gradient(logits) if self.frozen_generator else logits
 
@@ -427,6 +457,8 @@ class PretrainingModel(keras.Model):
             "seed": self.seed,
             "discriminator_encoder": _serialize(self.discriminator_encoder),
             "generator_encoder": _serialize(self.generator_encoder),
+            "vocab_padding_multiple": self.vocab_padding_multiple,
+            "fused_attention": self.fused_attention,
         })
         return config
 
