@@ -44,7 +44,8 @@ from electra_tf.cli import run_cli
 from electra_tf.data import build_config as bc
 from electra_tf.data import build_plan as bp
 from electra_tf.data import builder as b
-from electra_tf.data.beam_build import LOCAL_RUNNER
+from electra_tf.data.beam_build import LOCAL_RUNNER, build_dataset_beam
+from electra_tf.data.beam_runner import pipeline_options
 from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
 from electra_tf.data.tokenizer_choice import AUTO, CHOICES as TOKENIZER_CHOICES
 from electra_tf.sources.fetch import default_data_ready, fetch_default_data
@@ -198,8 +199,6 @@ def main(argv=None, prog: str = PROG):
         if runner == LOCAL_RUNNER:
             b.build_dataset(config)
         else:
-            from electra_tf.data.beam_build import build_dataset_beam
-
             build_dataset_beam(config, runner, beam_args)
 
     return run_cli(prog, work)
@@ -207,8 +206,6 @@ def main(argv=None, prog: str = PROG):
 
 def _setup_beam(runner: str, beam_args) -> None:
     """Checks Beam is installed and knows `beam_args` (fail fast), and routes its log lines."""
-    from electra_tf.data.beam_runner import pipeline_options
-
     # Beam's PipelineOptions call logging.basicConfig(): a root handler of our own keeps it from
     # adding one that would print every line twice.
     logging.getLogger().addHandler(logging.NullHandler())

@@ -33,8 +33,11 @@ import sys
 from electra_tf import console
 from electra_tf.cli import run_cli
 from electra_tf.commands import hparams_epilog
-from electra_tf.finetuning.config import HPARAM_NAMES
+from electra_tf.finetuning.config import HPARAM_NAMES, FinetuningConfig
+from electra_tf.hparams import parse_hparams
 from electra_tf.precision import AUTO_HELP
+from electra_tf.sentencepiece_vocab import SENTENCEPIECE
+from electra_tf.vocab import VocabError, load_vocab
 
 PROG = "electra-finetune"
 TAGGING_HELP = (
@@ -92,10 +95,6 @@ def with_spm_model(hparams, spm_model):
     """The --hparams with --spm-model as their vocab_file (a SentencePiece model, checked)."""
     if spm_model is None:
         return hparams
-    from electra_tf.hparams import parse_hparams
-    from electra_tf.sentencepiece_vocab import SENTENCEPIECE
-    from electra_tf.vocab import VocabError, load_vocab
-
     values = parse_hparams(hparams)
     if values.get("vocab_file") is not None:
         raise VocabError("--spm-model and the vocab_file hparam exclude each other: give one")
@@ -115,7 +114,7 @@ def main(argv=None, prog: str = PROG) -> int:
         os.environ[console.KERAS_BACKEND_ENV] = args.backend
 
     def work():
-        from electra_tf.finetuning.config import FinetuningConfig
+        # lazy: after KERAS_BACKEND is set above (keras reads it once, at import)
         from electra_tf.finetuning.runner import export_weights, run
 
         if args.export_weights:

@@ -214,27 +214,32 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> None:
     """Runs the chosen subcommand (heavy imports happen here, after argument parsing)."""
     if args.command == "from-google":
+        # lazy: a subcommand's libraries (TensorFlow, keras, tf2onnx) load after the flags are read
         from electra_tf.convert.google import import_google_checkpoint
 
         import_google_checkpoint(args.checkpoint, args.vocab_file, args.output_dir,
                                  hparams=args.hparams, model_size=args.model_size,
                                  overwrite=args.overwrite)
     elif args.command == "to-hf":
+        # lazy: a subcommand's libraries (TensorFlow, keras, tf2onnx) load after the flags are read
         from electra_tf.convert.hf import export_hf
 
         export_hf(args.model_dir, args.output_dir, part=args.part, checkpoint=args.checkpoint,
                   overwrite=args.overwrite)
     elif args.command == "to-keras-hub":
+        # lazy: a subcommand's libraries (TensorFlow, keras, tf2onnx) load after the flags are read
         from electra_tf.convert.keras_hub import export_keras_hub
 
         export_keras_hub(args.model_dir, args.output_dir, part=args.part, checkpoint=args.checkpoint,
                          overwrite=args.overwrite)
     elif args.command == "to-onnx":
+        # lazy: a subcommand's libraries (TensorFlow, keras, tf2onnx) load after the flags are read
         from electra_tf.convert.onnx_export import export_onnx
 
         export_onnx(args.model_dir, args.output, task=args.task, checkpoint=args.checkpoint,
                     opset=args.opset, overwrite=args.overwrite)
     else:
+        # lazy: a subcommand's libraries (TensorFlow, keras, tf2onnx) load after the flags are read
         from electra_tf.convert.google import export_google_checkpoint
 
         export_google_checkpoint(args.model_dir, args.output_dir, checkpoint=args.checkpoint,

@@ -53,6 +53,7 @@ from electra_tf.errors import error_line, shown_path
 from electra_tf.hparams import parse_hparams
 from electra_tf.model_config import get_bert_config, get_generator_config
 from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
+from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -179,8 +180,6 @@ def import_google_checkpoint(checkpoint: str, vocab_file: str, output_dir: str,
             vocab/checkpoint disagreement, unsafe output directory.
         ConfigError, VocabError: bad hparams or vocab file.
     """
-    from electra_tf.training.pretrainer import ElectraPretrainer
-
     source = read_tf1_checkpoint(checkpoint)
     sizes = infer_sizes(source.shapes)
     vocab = _checked_vocab(vocab_file, source, sizes)

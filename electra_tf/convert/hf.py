@@ -42,6 +42,7 @@ import numpy as np
 
 from electra_tf import atomic
 from electra_tf.convert import names
+from electra_tf.convert.hf_spm_tokenizer import special_token_names
 from electra_tf.convert.hf_tokenizer import TOKENIZER_JSON_NAME, build_tokenizer
 from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
@@ -199,8 +200,6 @@ def spm_tokenizer_files(vocab, model_max_length: int) -> Dict[str, dict]:
     """tokenizer_config.json and special_tokens_map.json for a SentencePiece vocabulary: the fast
     tokenizer (`PreTrainedTokenizerFast`, reading tokenizer.json), special tokens named by the
     model's pieces."""
-    from electra_tf.convert.hf_spm_tokenizer import special_token_names
-
     special = special_token_names(vocab)
     config = dict(special, tokenizer_class="PreTrainedTokenizerFast",
                   model_max_length=model_max_length, clean_up_tokenization_spaces=False)

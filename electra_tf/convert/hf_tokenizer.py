@@ -16,6 +16,8 @@ electra-tf's) tokenizer splits it into `[`, `mask`, `]`.
 
 from __future__ import annotations
 
+from electra_tf import atomic
+from electra_tf.convert.hf_spm_tokenizer import build_spm_tokenizer
 from electra_tf.data.tokenization import MAX_INPUT_CHARS_PER_WORD, SUFFIX_INDICATOR
 from electra_tf.vocab import WORDPIECE, Vocab
 
@@ -26,8 +28,6 @@ def build_tokenizer(vocab: Vocab, do_lower_case: bool, strip_accents: bool):
     """A `tokenizers.Tokenizer` equal in ids to electra-tf's tokenizer of `vocab` (a SentencePiece
     vocabulary's: `hf_spm_tokenizer`, which ignores `do_lower_case` / `strip_accents`)."""
     if vocab.kind != WORDPIECE:
-        from electra_tf.convert.hf_spm_tokenizer import build_spm_tokenizer
-
         return build_spm_tokenizer(vocab)
     from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
                             processors)
@@ -56,7 +56,5 @@ def build_tokenizer(vocab: Vocab, do_lower_case: bool, strip_accents: bool):
 
 def write_tokenizer_json(path: str, vocab: Vocab, do_lower_case: bool, strip_accents: bool) -> None:
     """Writes `tokenizer.json` (see the module docstring)."""
-    from electra_tf import atomic
-
     tokenizer = build_tokenizer(vocab, do_lower_case, strip_accents)
     atomic.write_text(path, tokenizer.to_str(pretty=True))

@@ -190,6 +190,7 @@ _EMBEDDING_NAMES = ("word_embeddings", "token_type_embeddings", "position_embedd
 def _embedding_entries(embeddings, scope: str) -> List[Entry]:
     """The block's entries; a GDES `DisentangledEmbeddings` gives the merged block (shared +
     delta): the discriminator's embeddings are what it computes with."""
+    # lazy: keras; convert/__init__ imports this module, and `--help` stays fast
     from electra_tf.modeling.embeddings import DisentangledEmbeddings, block_variables
 
     prefix = f"{scope}/embeddings"
@@ -208,6 +209,7 @@ def encoder_entries(encoder, scope: str = DISCRIMINATOR_SCOPE, with_embeddings: 
     Raises:
         ConversionError: `encoder` is not an electra-tf `ElectraEncoder`.
     """
+    # lazy: keras; convert/__init__ imports this module, and `--help` stays fast
     from electra_tf.modeling.encoder import ElectraEncoder
 
     if not isinstance(encoder, ElectraEncoder):

@@ -40,10 +40,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from electra_tf import atomic
+from electra_tf import atomic, precision
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.errors import error_line
+from electra_tf.training.export import int_spec, rtd_outputs
+from electra_tf.training.hub import latest_version_dir
 
 logger = logging.getLogger("electra_tf")
 
@@ -203,9 +205,6 @@ def _name_axes(model, input_specs: List[tf.TensorSpec]) -> None:
 def _discriminator_function(model_dir: str, checkpoint: Optional[str]):
     """(tf.function, input specs, step) of a pretraining run's discriminator, as it is exported
     (in float32, whatever the run trained in: its SavedModel's default `export_precision`)."""
-    from electra_tf import precision
-    from electra_tf.training.export import int_spec, rtd_outputs
-
     with precision.keras_policy(precision.EXPORT_POLICIES[EXPORT_PRECISION]):
         loaded = load_model_dir(model_dir, checkpoint)
     model = loaded.model
@@ -406,8 +405,6 @@ def export_onnx(model_dir: str, output: str, task: Optional[str] = None,
         ConversionError: bad input, the [onnx] extra missing or an unconvertible graph (one line).
     """
     _check_arguments(model_dir, output, opset, overwrite)
-    from electra_tf.training.hub import latest_version_dir
-
     # `export/discriminator` (TF Serving's base path) -> its newest version folder.
     model_dir = latest_version_dir(model_dir) or model_dir
     metadata = {"electra_tf.opset": str(opset), "electra_tf.export_precision": EXPORT_PRECISION}
