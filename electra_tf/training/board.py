@@ -7,7 +7,8 @@
   (re)started from.
 - PROFILE tab (needs `tensorboard-plugin-profile`, the `profile` extra): with
   `electra-pretrain --profile-steps N` the first whole loops after the first one (which
-  compiles) are traced, at least N steps, into `MODEL_DIR/plugins/profile/<time>/`.
+  compiles) are traced, at least N steps, into `MODEL_DIR/plugins/profile/<time>/`: by
+  TensorFlow's profiler, or on JAX by `jax.profiler` (the same layout and tab).
 
 Only the chief writes.
 """
@@ -66,11 +67,14 @@ class Profiler:
         logdir: str. The run directory (the trace goes to logdir/plugins/profile/).
         steps: int. Steps to trace.
         chief: bool. Only the chief traces.
+        backend: str. "tensorflow" (`tf.profiler`) or "jax" (`jax.profiler`): the Keras
+            backend the run trains on (`capabilities`: PyTorch has none here).
     """
 
-    def __init__(self, logdir: str, steps: int, chief: bool = True):
+    def __init__(self, logdir: str, steps: int, chief: bool = True, backend: str = "tensorflow"):
         self.logdir = logdir
         self.steps = steps if chief else 0
+        self.backend = backend
         self.loops_seen = 0
         self.active = False
         self.start_step = None
@@ -78,9 +82,14 @@ class Profiler:
     def before_loop(self, step: int) -> None:
         self.loops_seen += 1
         if self.steps > 0 and self.loops_seen == 2 and not self.active:
-            import tensorflow as tf
+            if self.backend == "jax":
+                import jax
 
-            tf.profiler.experimental.start(self.logdir)
+                jax.profiler.start_trace(self.logdir)
+            else:
+                import tensorflow as tf
+
+                tf.profiler.experimental.start(self.logdir)
             self.active, self.start_step = True, step
 
     def after_loop(self, step: int) -> None:
@@ -89,9 +98,14 @@ class Profiler:
 
     def stop(self, step: int) -> None:
         if self.active:
-            import tensorflow as tf
+            if self.backend == "jax":
+                import jax
 
-            tf.profiler.experimental.stop()
+                jax.profiler.stop_trace()
+            else:
+                import tensorflow as tf
+
+                tf.profiler.experimental.stop()
             self.active, self.steps = False, 0
             logger.info("profiler: traced steps %d-%d into %s/plugins/profile (TensorBoard's "
                         "Profile tab)", self.start_step, step, self.logdir)

@@ -15,13 +15,11 @@ masked LM in at step 0 (`frozen_generator.start`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
 from electra_tf import atomic
@@ -189,18 +187,3 @@ def _read_string(path: str, name: str) -> Optional[str]:
     except (tf.errors.OpError, ValueError):
         return None
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def weights_fingerprint(variables) -> str:
-    """sha256 over the variables' dtypes, shapes and bytes, in the given (fixed) order.
-
-    Two runs with this fingerprint equal hold bit-identical weights (used to check that workers
-    end identical and that a resumed run equals an uninterrupted one). Names are left out: Keras
-    numbers some of them per process (`seed_generator_7`), which says nothing about the values.
-    """
-    digest = hashlib.sha256()
-    for variable in variables:
-        value = np.asarray(variable.numpy())
-        digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
-        digest.update(np.ascontiguousarray(value).tobytes())
-    return digest.hexdigest()

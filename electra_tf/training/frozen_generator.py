@@ -14,12 +14,16 @@ freezes it when it is built, so on every start):
   discriminator keeps its own initialisation.
 
 The weights are copied at step 0 only (`fresh`): a resumed run reads them from its own
-checkpoint, which holds the whole model.
+checkpoint, which holds the whole model. On every backend (`capabilities`): the TensorFlow run
+reads a source of any backend; a JAX / PyTorch run reads a JAX / PyTorch source's `ckpt-N.npz`
+(`run_dir.load_run` needs no TensorFlow for those).
 """
 
 from __future__ import annotations
 
 import logging
+
+import keras
 
 from electra_tf.errors import TrainingError, error_line
 from electra_tf.training import run_dir
@@ -45,6 +49,11 @@ def start(model, config, vocab_tokens, fresh: bool) -> None:
     source = getattr(config, key)
     if not fresh:
         return
+    backend = keras.backend.backend()
+    if backend != "tensorflow" and not run_dir.is_portable_run(source):
+        raise TrainingError(f"{key} {source} is not a JAX or PyTorch run (no ckpt-N.npz to "
+                            f"read without TensorFlow): --backend {backend} starts from one; "
+                            "start from a TensorFlow run with --backend tensorflow")
     try:
         loaded = run_dir.load_run(source, another=f"point {key} at a run that has one")
     except TrainingError as e:

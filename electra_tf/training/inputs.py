@@ -10,15 +10,13 @@ failing. Evaluation uses an ordinary distributed dataset (its position is never 
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from typing import Dict, NamedTuple, Optional
 
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import integrity, pipeline
+from electra_tf.data import pipeline
+from electra_tf.training import run_base
 
 
 class InputSplit(NamedTuple):
@@ -66,23 +64,16 @@ def train_iterator(config: PretrainingConfig, split: InputSplit, seed: int,
 
 
 def train_data_key(config: PretrainingConfig, split: InputSplit, plan: Optional[dict] = None) -> str:
-    """What the saved data position depends on: files, batch split, seed, sequence length.
-
-    A checkpoint's iterator state can only be restored into the same pipeline (a different
-    batch size fails at the first step; rebuilt shards would resume mid-record).
-    """
-    files = [(os.path.basename(f), tf.io.gfile.stat(f).length)
-             for f in integrity.list_files(config.pretrain_tfrecords)]
-    key = {"files": files, "global_batch": config.train_batch_size,
-           "replicas": split.context.num_replicas_in_sync,
-           "input_pipelines": split.context.num_input_pipelines,
-           "seed": config.seed, "max_seq_length": config.max_seq_length,
-           # The order's definition (electra_tf/data/order.py): a position saved under another
-           # (tf.data's own shuffles, before) restarts the data instead of failing to restore.
-           "data_order": 2}
-    if plan is not None:  # other records read = another pipeline
-        key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+    """What the saved data position depends on (`run_base.data_position_key`): files, batch
+    split, seed, sequence length, and this pipeline's replicas and input pipelines."""
+    return run_base.data_position_key(
+        config, plan, {"replicas": split.context.num_replicas_in_sync,
+                       "input_pipelines": split.context.num_input_pipelines,
+                       # The order's definition (electra_tf/data/order.py): a position saved
+                       # under another (tf.data's own shuffles, before) restarts the data instead
+                       # of failing to restore.
+                       "data_order": 2},
+        size=lambda path: tf.io.gfile.stat(path).length)
 
 
 def replica_slice(local_batch: Dict[str, tf.Tensor], split: InputSplit) -> Dict[str, tf.Tensor]:

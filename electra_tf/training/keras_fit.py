@@ -41,7 +41,7 @@ import tensorflow as tf
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import pipeline
 from electra_tf.pretraining.metrics import PretrainingMetrics
-from electra_tf.training import optimizers, portable_fit, train_step
+from electra_tf.training import optimizers, step_pieces, train_step
 
 
 class FitSettings(NamedTuple):
@@ -82,7 +82,7 @@ def compile_state(model, gradient_accumulation_steps: int, jit_compile: bool,
         ValueError: gradient accumulation configured in the optimizer (use
             `gradient_accumulation_steps` of `compile()`, which is exact).
     """
-    portable_fit.check_accumulation_steps(gradient_accumulation_steps)
+    step_pieces.check_accumulation_steps(gradient_accumulation_steps)
     inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
     if getattr(inner, "gradient_accumulation_steps", None):
         raise ValueError(
@@ -92,7 +92,7 @@ def compile_state(model, gradient_accumulation_steps: int, jit_compile: bool,
     strategy = model.distribute_strategy
     check_optimizer(model.optimizer, strategy)
     with strategy.scope():
-        metrics = portable_fit.build_for_fit(model, disc_auc_include_padding)
+        metrics = step_pieces.build_for_fit(model, disc_auc_include_padding)
         loss = keras.metrics.Mean(name="loss")
         # On-read: every replica counts its own (equal) evaluation batches, without a sync.
         eval_batches = tf.Variable(0, dtype=tf.int64, trainable=False,

@@ -1,7 +1,7 @@
 """`ElectraPretrainer.compile()` / `fit()` / `evaluate()` on the JAX and PyTorch backends.
 
-The same step as the TensorFlow path (`keras_fit` over `train_step`), written once in
-`keras.ops` around the backend's own differentiation (JAX: `jax.value_and_grad` of the model's
+The same step as the TensorFlow path (`keras_fit` over `train_step`), written once from the
+backend-neutral pieces (`step_pieces`) around the backend's own differentiation (JAX: `jax.value_and_grad` of the model's
 `stateless_call`, inside Keras' jitted loop; PyTorch: autograd, eagerly):
 
 1. the step seed is (run seed, optimizer step): the optimizer's `iterations` counter, so a
@@ -26,145 +26,12 @@ Evaluation batch i masks from `seeds.eval_seed(seed, i)`, i counted from the sta
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Dict, List
-
 import keras
-from keras import ops
 
-from electra_tf.modeling import rng
 from electra_tf.pretraining import seeds
-from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import optimization
-
-CLIP_NORM = optimization.CLIP_NORM  # the official global-norm clip
-LOSS_KEYS = ("total_loss", "masked_lm_loss", "disc_loss")
-STEP_TERMS = ("masked_lm_loss", "disc_loss", "grad_norm")
-
-
-class _Counter(keras.metrics.Metric):
-    """A step counter kept among the metric variables (so JAX carries it through its state),
-    reset with them; never reported."""
-
-    def __init__(self, name="eval_batches"):
-        super().__init__(name=name)
-        self.count = self.add_variable(shape=(), initializer="zeros", dtype="int32",
-                                       name="count")
-
-    def update_state(self):
-        self.count.assign(self.count + 1)
-
-    def result(self):
-        return self.count.value
-
-
-@dataclasses.dataclass(eq=False)
-class FitState:
-    """What `compile()` sets up for `fit()` / `evaluate()` on JAX and PyTorch.
-
-    Attributes:
-        metrics: PretrainingMetrics (official names).
-        loss: keras.metrics.Mean, the total loss per step.
-        eval_batches: the index of the next evaluation batch (its seed).
-        accumulation_steps: int k.
-    """
-
-    metrics: PretrainingMetrics
-    loss: keras.metrics.Mean
-    eval_batches: _Counter
-    accumulation_steps: int
-    # Means of the step's loss terms and pre-clip gradient norm, never reported by fit() (the
-    # official metrics of the same names are per-slot / per-sequence means): what the trainer
-    # logs as the TensorFlow trainer's per-step `masked_lm_loss`, `disc_loss`, `grad_norm`.
-    step_terms: Dict[str, keras.metrics.Mean] = dataclasses.field(default_factory=lambda: {
-        key: keras.metrics.Mean(name=f"step_{key}") for key in STEP_TERMS})
-
-    @property
-    def all_metrics(self) -> List[keras.metrics.Metric]:
-        return ([self.loss] + list(self.metrics.metrics) + [self.eval_batches]
-                + list(self.step_terms.values()))
-
-    @property
-    def reported(self) -> List[keras.metrics.Metric]:
-        return [self.loss] + list(self.metrics.metrics)
-
-
-def check_accumulation_steps(gradient_accumulation_steps: int) -> None:
-    """Raises ValueError unless k >= 1 (compile()'s `gradient_accumulation_steps`)."""
-    if gradient_accumulation_steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be >= 1, got "
-                         f"{gradient_accumulation_steps}")
-
-
-def build_for_fit(model, disc_auc_include_padding: bool) -> PretrainingMetrics:
-    """Builds the model and its optimizer (on every backend; under a tf.distribute strategy,
-    call it in the strategy's scope) and returns the official metrics of `fit()`. A decoupled
-    optimizer is given the model's `generator_variables()` unless it has them."""
-    if not model.built:
-        model.build_from_sequence_length()
-    inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    if getattr(inner, "decoupled", False) and not inner.generator_variables_known:
-        inner.set_generator_variables(model.generator_variables())  # decoupled optimizers
-    model.optimizer.build(model.trainable_variables)
-    return PretrainingMetrics(electra_objective=model.electra_objective,
-                              disc_auc_include_padding=disc_auc_include_padding,
-                              disc_weight=model.disc_weight)
-
-
-def compile_state(model, gradient_accumulation_steps: int,
-                  disc_auc_include_padding: bool) -> FitState:
-    """Builds the model, its optimizer and the metrics of `fit()` / `evaluate()`."""
-    check_accumulation_steps(gradient_accumulation_steps)
-    return FitState(build_for_fit(model, disc_auc_include_padding),
-                    keras.metrics.Mean(name="loss"), _Counter(), gradient_accumulation_steps)
-
-
-# --- The step's pieces, the same on both backends ------------------------------------------------
-def features(data):
-    """Keras passes (x,) or (x, y, sample_weight) tuples through; the objective needs x only."""
-    return data[0] if isinstance(data, (tuple, list)) else data
-
-
-def train_seed(model):
-    return ops.stack([ops.convert_to_tensor(rng.int32_bits(model.seed), "int32"),
-                      ops.cast(model.optimizer.iterations, "int32")])
-
-
-def micro_batches(model, batch, seed, steps: int):
-    """[(micro-batch, example offset)] and the loss denominators of the whole step (None
-    without accumulation: the model masks the batch itself)."""
-    if steps == 1:
-        return [(batch, 0)], None
-    size = batch["input_ids"].shape[0]
-    if size % steps:
-        raise ValueError(f"gradient_accumulation_steps={steps} does not divide the batch of "
-                         f"{size} rows")
-    masked = model.mask(batch, seed=seed, example_offset=0)
-    denominators = model.loss_weight_sums(masked)
-    size //= steps
-    return ([({k: v[j * size:(j + 1) * size] for k, v in masked.items()}, j * size)
-             for j in range(steps)], denominators)
-
-
-def merge_outputs(outputs: List[Dict]) -> Dict:
-    """One step's outputs from its micro-batches': losses summed, metric inputs concatenated."""
-    if len(outputs) == 1:
-        return outputs[0]
-    merged = {k: sum(o[k] for o in outputs) for k in LOSS_KEYS}
-    merged["metric_inputs"] = {
-        k: ops.concatenate([o["metric_inputs"][k] for o in outputs], axis=0)
-        for k in outputs[0]["metric_inputs"]}
-    return merged
-
-
-def update_metrics(state: FitState, outputs: Dict) -> Dict:
-    state.loss.update_state(outputs["total_loss"])
-    for key, mean in state.step_terms.items():
-        if key in outputs:
-            mean.update_state(outputs[key])
-    state.metrics.update_state(outputs["metric_inputs"])
-    return {m.name: m.result() for m in state.reported}
-
+from electra_tf.training.step_pieces import (CLIP_NORM, FitState, features, merge_outputs,
+                                             micro_batches, train_seed, update_metrics)
 
 # --- JAX -----------------------------------------------------------------------------------------
 def jax_train_step(model, fit: FitState, state, data):

@@ -4,15 +4,13 @@ and this host's training reader. Free of TensorFlow."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from typing import Optional
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
 from electra_tf.errors import TrainingError, shown_path
-from electra_tf.training import checkpoint_files, hosts, portable_checkpoint
+from electra_tf.training import checkpoint_files, hosts, portable_checkpoint, run_base
 
 
 def train_reader(config: PretrainingConfig, plan: Optional[dict], seed: int,
@@ -80,8 +78,8 @@ def imported_start(model_dir: str, backend: str) -> Optional[str]:
 
 
 def data_key(config: PretrainingConfig, plan: Optional[dict], run_hosts: hosts.Hosts) -> str:
-    """What a saved data position depends on (as the TensorFlow trainer's `train_data_key`):
-    computed once per run (it stats every shard), saved with every checkpoint.
+    """What a saved data position depends on (`run_base.data_position_key`, as the TensorFlow
+    run's): computed once per run (it stats every shard), saved with every checkpoint.
 
     Args:
         config: the run's config.
@@ -92,15 +90,7 @@ def data_key(config: PretrainingConfig, plan: Optional[dict], run_hosts: hosts.H
         str. The sha256 hex digest of the shards, batch, seed, sequence length, backend, readers
         and plan.
     """
-    from electra_tf.data import integrity
-
-    files = [(os.path.basename(f), os.path.getsize(f))
-             for f in integrity.list_files(config.pretrain_tfrecords)] if config.do_train \
-        else []
-    key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
-           "max_seq_length": config.max_seq_length, "backend": config.backend}
+    pipeline = {"backend": config.backend}
     if run_hosts.several:  # one reader per host (one host: the key of before)
-        key["input_pipelines"] = run_hosts.count
-    if plan is not None:
-        key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+        pipeline["input_pipelines"] = run_hosts.count
+    return run_base.data_position_key(config, plan, pipeline)

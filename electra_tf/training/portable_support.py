@@ -11,6 +11,7 @@ import keras
 
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError
+from electra_tf.training import capabilities
 
 # What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
 STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
@@ -21,8 +22,9 @@ PORTABLE_POLICIES = ("float32", "mixed_bfloat16")
 AUTO_STEPS_PER_EXECUTION = 16
 
 
-def check_supported(config: PretrainingConfig) -> None:
-    """One-line errors for what this backend cannot do (before anything is written).
+def check_supported(config: PretrainingConfig, profile_steps: int = 0) -> None:
+    """One-line errors for what this backend cannot do (before anything is written): its
+    strategies and precisions here, the run-level features in `capabilities`.
 
     Raises:
         TrainingError: naming the flag or hparam.
@@ -43,16 +45,7 @@ def check_supported(config: PretrainingConfig) -> None:
                                                if backend == "torch" else ""))
     if backend == "jax" and config.strategy == "tpu":
         _check_tpu()
-    unsupported = {
-        "max_skipped_nonfinite_steps": config.max_skipped_nonfinite_steps != 0,
-        "two_stage_generator_dir": bool(config.two_stage_generator_dir),
-        "frozen_generator_dir": bool(config.frozen_generator_dir),
-        "jit_compile": config.jit_compile and backend == "torch",
-    }
-    for key, used in unsupported.items():
-        if used:
-            raise TrainingError(f"hparam {key} is supported with --backend tensorflow only "
-                                f"(this run has --backend {backend})")
+    capabilities.check(config, profile_steps)
     if config.mixed_precision == "mixed_float16":
         raise TrainingError(f"mixed_precision mixed_float16 needs loss scaling, which --backend "
                             f"{backend} does not do: use auto, mixed_bfloat16 or float32")

@@ -1,11 +1,16 @@
 """The pretraining run on the JAX or PyTorch backend: `run(config)` for `--backend jax|torch`.
 
+`PortableTrainer` is `run.PretrainingRun`'s backend for both: the run's loop, checkpoint cadence,
+stops, scalars and evaluation's verdict are `run.PretrainingRun`'s; this module sets the run up
+and runs its chunks (one `fit()` call each).
+
 The TensorFlow trainer (`trainer`) is the default and the fidelity reference; this one runs the
 same model, objective, optimizer and step (`ElectraPretrainer.fit`, `portable_fit`) where
 TensorFlow is absent (a TPU VM or a GPU box with JAX or PyTorch), with the same command line,
 hparams and run directory:
 
-1. Set up: what these backends cannot run refused (`portable_support`), the distribution (JAX:
+1. Set up: what these backends cannot run refused (`portable_support`, `capabilities`), the
+   distribution (JAX:
    `keras.distribution.DataParallel` over every local device when there are several, so the
    global batch is split as the TensorFlow path splits it over replicas; with strategy
    multi_worker, over every device of several hosts, each reading its part of the global
@@ -37,7 +42,6 @@ exports such a run (do_train false), and the converters read it.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 import os
@@ -46,24 +50,25 @@ import warnings
 from typing import Dict, List, Optional
 
 import keras
-import numpy as np
 
 from electra_tf import atomic, precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.record_reader import BatchReader
-from electra_tf.errors import Preempted, TrainingError
-from electra_tf.training import (collapse, dataset_checks, hosts, optimization,
-                                 portable_board, portable_checkpoint, portable_resume,
-                                 portable_support, preemption, run_base, run_dir,
-                                 summaries)
+from electra_tf.errors import TrainingError
+from electra_tf.training import (board, collapse, dataset_checks, frozen_generator, hosts,
+                                 optimization, portable_board, portable_checkpoint,
+                                 portable_resume, portable_support, preemption, run_base,
+                                 run_dir, summaries)
 from electra_tf.training import observers as observers_lib
 from electra_tf.training.pretrainer import ElectraPretrainer
+from electra_tf.training.run import PretrainingRun
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
 
-class PortableTrainer(run_base.LockedRun):
-    """Holds the model, optimizer, reader and checkpoints of one run on JAX or PyTorch.
+class PortableTrainer(PretrainingRun):
+    """The run on JAX or PyTorch (`run.PretrainingRun`'s backend for both): holds the model,
+    optimizer, reader and checkpoints of one run; its chunk is one `fit()` call.
 
     Args:
         config: a resolved PretrainingConfig with `backend` "jax" or "torch".
@@ -74,9 +79,11 @@ class PortableTrainer(run_base.LockedRun):
     """
 
     def __init__(self, config: PretrainingConfig, overwrite: bool = False,
-                 observers: Optional[observers_lib.ObserverFactory] = None):
-        portable_support.check_supported(config)
+                 observers: Optional[observers_lib.ObserverFactory] = None,
+                 profile_steps: int = 0):
+        portable_support.check_supported(config, profile_steps)
         self._observers = observers
+        self.profile_steps = profile_steps
         self.hosts = hosts.join(config)
         self.reader: Optional[BatchReader] = None
         try:
@@ -135,6 +142,7 @@ class PortableTrainer(run_base.LockedRun):
                 logger.info("removed %s (a write interrupted before)", leftover)
 
     def _set_up(self) -> None:
+        self.chief = self.hosts.writer  # host 0 writes the run directory and logs the progress
         self._build()
         self.stop = (hosts.HostsStop(self.hosts) if self.hosts.several
                      else preemption.HostStop())
@@ -201,6 +209,10 @@ class PortableTrainer(run_base.LockedRun):
                                "or seed changed): the data order restarts, reshuffled for step "
                                "%d", found, self.step)
             logger.info("restored %s (step %d)", found, self.step)
+        if config.two_stage_generator_dir or config.frozen_generator_dir:
+            # The source's masked LM at step 0 (a resumed run has it in its own checkpoint).
+            frozen_generator.start(self.model, config, self.vocab.tokens,
+                                   fresh=found is None and self.restored_from is None)
         if config.do_train:
             # A restart without a position reshuffles (seed + step): the first steps' batches
             # are not replayed.
@@ -228,65 +240,40 @@ class PortableTrainer(run_base.LockedRun):
     def step(self) -> int:
         return int(keras.ops.convert_to_numpy(self.optimizer.iterations))
 
-    def weights_fingerprint(self) -> str:
-        """sha256 of the model's variables (trainable, then the rest), as the TensorFlow
-        trainer's (`checkpointing.weights_fingerprint`): equal weights, equal fingerprints."""
-        digest = hashlib.sha256()
-        for variable in portable_checkpoint.model_variables(self.model):
-            value = np.asarray(keras.ops.convert_to_numpy(variable.value))
-            digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
-            digest.update(np.ascontiguousarray(value).tobytes())
-        return digest.hexdigest()
+    def _saved_at_step(self) -> bool:
+        return (self.latest is not None
+                and self.latest.endswith(portable_checkpoint.file_name(self.step)))
 
     # --- Training ----------------------------------------------------------------------------------
-    def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
-        config = self.config
-        writer = (portable_board.EventWriter(config.model_dir) if self.hosts.writer
-                  else portable_board.NullWriter())
-        portable_board.write_run_info(writer, config, start_step)
-        if start_step == 0:
-            self._save()
-        self.stop.agree()  # a SIGTERM during the set-up, on any host
-        self._probe(writer, start_step, end_step)  # step 0: the untrained baseline
-        logger.info("training from step %d to %d (global batch %d, %d device(s), backend %s, "
-                    "%d step(s) per call)", start_step, config.num_train_steps,
-                    config.train_batch_size, self.num_devices, config.backend,
-                    self.steps_per_execution)
-        scalars: Dict[str, float] = {}
-        run_start = time.time()
-        try:
-            while self.step < end_step:
-                if self.stop.requested:
-                    self._stop_preempted()
-                previous_step = self.step
-                chunk = self._train_chunk(self._chunk_size(end_step))
-                self.stop.agree()
-                if chunk:
-                    scalars = chunk
-                    writer.scalars(self.step, scalars)
-                    writer.flush()
-                    rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
-                    summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
-                self._probe(writer, previous_step, end_step)
-                self._stop_or_save(end_step)
-        finally:
-            writer.close()
-        elapsed = time.time() - run_start
-        logger.info("training done: steps %d-%d in %s (%.1f ex/s incl. compilation); "
-                    "checkpoint %s", start_step, self.step, summaries.format_seconds(elapsed),
-                    (self.step - start_step) * config.train_batch_size / max(elapsed, 1e-9),
-                    self.latest)
-        return scalars
+    def _open_writer(self) -> summaries.ScalarWriter:
+        return (portable_board.EventWriter(self.config.model_dir) if self.hosts.writer
+                else portable_board.NullWriter())
 
-    def _probe(self, writer, previous_step: int, end_step: int) -> None:
-        """The observer's scalars at this step (the learning probe's when due), beside the
-        losses."""
-        if self.observer is not None and not self.stop.requested:
-            scalars = self.observer.observe(previous_step, self.step, end_step,
-                                           self.model.discriminator)
-            if scalars:
-                writer.scalars(self.step, scalars)
-                writer.flush()
+    def _write_run_info(self, writer, start_step: int) -> None:
+        portable_board.write_run_info(writer, self.config, start_step)
+        self._profiler = board.Profiler(self.config.model_dir, self.profile_steps,
+                                        self.hosts.writer, backend=self.config.backend)
+
+    def _describe(self) -> str:
+        return (f"{self.num_devices} device(s), backend {self.config.backend}, "
+                f"{self.steps_per_execution} step(s) per call")
+
+    def _before_training(self) -> None:
+        self.stop.agree()  # a SIGTERM during the set-up, on any host
+
+    def _before_chunk(self) -> None:
+        if self.stop.requested:
+            self._stop_preempted()
+        self._profiler.before_loop(self.step)
+
+    def _after_chunk(self) -> None:
+        self.stop.agree()
+        self._profiler.after_loop(self.step)
+
+    def _end_training(self) -> None:
+        profiler = getattr(self, "_profiler", None)
+        if profiler is not None:
+            profiler.stop(self.step)
 
     def _train_chunk(self, num_steps: int) -> Dict[str, float]:
         """One `fit()` call of `num_steps` steps; returns its scalars (as `loop_scalars`).
@@ -325,28 +312,24 @@ class PortableTrainer(run_base.LockedRun):
             self.reader.restore(states[done])
         if done == 0:
             return {}
-        # As the TensorFlow trainer's `summaries.loop_scalars`: the chunk's mean of each step's
-        # loss terms and gradient norm, and the official metrics over the chunk.
+        # As the TensorFlow run's: the chunk's mean of each step's loss terms and gradient norm,
+        # and the official metrics over the chunk (`summaries.chunk_scalars`).
         logs = {k: float(v[-1]) for k, v in history.history.items()}
-        terms = {k: float(keras.ops.convert_to_numpy(mean.result()))
-                 for k, mean in self.model._fit_state.step_terms.items()}
-        scalars = {"total_loss": logs.pop("loss"), **terms}
-        if not all(math.isfinite(scalars[k]) for k in ("total_loss", "masked_lm_loss",
-                                                       "disc_loss")):
+        terms = {"total_loss": logs.pop("loss"),
+                 **{k: float(keras.ops.convert_to_numpy(mean.result()))
+                    for k, mean in self.model._fit_state.step_terms.items()}}
+        if not all(math.isfinite(terms[k]) for k in ("total_loss", "masked_lm_loss",
+                                                     "disc_loss")):
             raise TrainingError(
-                f"non-finite loss in steps {step + 1}-{self.step} (loss {scalars['total_loss']}):"
+                f"non-finite loss in steps {step + 1}-{self.step} (loss {terms['total_loss']}):"
                 f" training stopped; the last good checkpoint is {self.latest}. Lower "
                 "learning_rate or check the data")
-        scalars.update({k: v for k, v in logs.items() if k not in terms})
-        scalars["learning_rate"] = float(keras.ops.convert_to_numpy(
-            self.schedule(self.step - 1)))
-        summaries.add_sampling_temperature(scalars, self.model, self.step)
-        scalars["examples_per_second"] = done * self.config.train_batch_size / elapsed
+        learning_rate = float(keras.ops.convert_to_numpy(self.schedule(self.step - 1)))
         # Every host's tokens (one collective; several hosts train every chunk whole).
         all_tokens = hosts.gather_ints(self.hosts, [sum(tokens[:done])]).sum()
-        scalars["tokens_per_second"] = float(all_tokens) / elapsed
-        self.collapse_guard.observe(self.step, scalars)
-        return scalars
+        scalars = summaries.chunk_scalars(terms, learning_rate, logs, done, elapsed,
+                                          self.config.train_batch_size, float(all_tokens))
+        return self._chunk_scalars(scalars)
 
     def _stop_callbacks(self) -> list:
         """Stops `evaluate()` after the batch under way on SIGTERM; none under several hosts,
@@ -370,20 +353,8 @@ class PortableTrainer(run_base.LockedRun):
                 logger.info("saved checkpoint %s", path)
         self.latest = path
 
-    def _stop_preempted(self) -> None:
-        if (self.latest is None
-                or not self.latest.endswith(portable_checkpoint.file_name(self.step))):
-            self._save()
-        raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
-                        f"saved {self.latest}. Rerun the same command to resume")
-
-    def preempted(self, during: str, rerun: str) -> Preempted:
-        return run_base.preempted(self.step, self.latest, during, rerun)
-
     # --- Evaluation --------------------------------------------------------------------------------
-    def evaluate(self) -> Dict[str, float]:
-        """`num_eval_steps` held-out batches in eval mode; writes `eval_results.txt` and the
-        `eval/` scalars, with the collapse guard's verdict (as the TensorFlow trainer)."""
+    def _evaluate_batches(self) -> Dict[str, float]:
         config = self.config
         if self.stop.agree():
             raise self.preempted("before the evaluation", "evaluate")
@@ -401,14 +372,22 @@ class PortableTrainer(run_base.LockedRun):
         if self.stop.agree():
             raise self.preempted("during the evaluation", "evaluate (no eval results were "
                                                           "written)")
-        results = {k: float(v) for k, v in logs.items()}
-        results["global_step"] = self.step
-        note = self.collapse_guard.judge_eval(self.step, results)  # adds disc_collapsed
+        return {k: float(v) for k, v in logs.items()}
+
+    def _write_eval_results(self, results: Dict[str, float], note) -> None:
         with hosts.all_or_none(self.hosts, "writing the eval results"):
             if self.hosts.writer:
-                summaries.write_eval_results(config.model_dir, self.step, results,
+                summaries.write_eval_results(self.config.model_dir, self.step, results,
                                              event_writer=portable_board.write_scalars, note=note)
-        return results
+
+    def _export(self) -> None:
+        """A SavedModel needs TensorFlow: the way to one, in one warning."""
+        logger.warning(
+            "do_export skipped: a SavedModel needs TensorFlow. On a machine with it, run "
+            "this command with --backend tensorflow and --hparams "
+            "'{\"do_train\": false, \"do_export\": true}' (it reads %s's checkpoint), "
+            "or electra-convert to-hf / to-keras-hub / to-google", self.config.model_dir)
+        return None
 
 
 class _StopCallback(keras.callbacks.Callback):
@@ -425,7 +404,8 @@ class _StopCallback(keras.callbacks.Callback):
 
 
 def run(config: PretrainingConfig, overwrite: bool = False,
-        observers: Optional[observers_lib.ObserverFactory] = None) -> dict:
+        observers: Optional[observers_lib.ObserverFactory] = None,
+        profile_steps: int = 0) -> dict:
     """Trains and evaluates as the config says, on `config.backend` (jax or torch).
 
     Returns:
@@ -433,23 +413,6 @@ def run(config: PretrainingConfig, overwrite: bool = False,
          "checkpoint", "weights_sha256"}}, for the phases that ran.
     """
     with preemption.SigtermWatch(), hosts.stop_if_lost(config), \
-            PortableTrainer(config, overwrite=overwrite, observers=observers) as trainer:
-        results = {}
-        with trainer.stop:
-            if config.do_train:
-                results["train"] = trainer.train()
-            if trainer.observer is not None:
-                results["probe"] = trainer.observer.results()
-            if config.do_eval:
-                results["eval"] = trainer.evaluate()
-            if config.do_export:
-                logger.warning(
-                    "do_export skipped: a SavedModel needs TensorFlow. On a machine with it, run "
-                    "this command with --backend tensorflow and --hparams "
-                    "'{\"do_train\": false, \"do_export\": true}' (it reads %s's checkpoint), "
-                    "or electra-convert to-hf / to-keras-hub / to-google", config.model_dir)
-        results["final"] = {"global_step": trainer.step, "checkpoint": trainer.latest,
-                            "weights_sha256": trainer.weights_fingerprint()}
-        logger.info("final: step %d, checkpoint %s, weights sha256 %s", trainer.step,
-                    trainer.latest, results["final"]["weights_sha256"])
-        return results
+            PortableTrainer(config, overwrite=overwrite, observers=observers,
+                            profile_steps=profile_steps) as trainer:
+        return trainer.run_phases()

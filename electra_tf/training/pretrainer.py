@@ -17,7 +17,7 @@ from __future__ import annotations
 import keras
 
 from electra_tf.pretraining.pretrainer import PretrainingModel
-from electra_tf.training import portable_fit
+from electra_tf.training import portable_fit, step_pieces
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -27,7 +27,7 @@ class ElectraPretrainer(PretrainingModel):
     the official metrics. Arguments, call and outputs are `PretrainingModel`'s.
     """
 
-    _fit_state = None  # compile(): the Keras training state (keras_fit / portable_fit.FitState)
+    _fit_state = None  # compile(): the Keras training state (keras_fit / step_pieces.FitState)
 
     def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
                 disc_auc_include_padding: bool = False, **kwargs):
@@ -82,7 +82,7 @@ class ElectraPretrainer(PretrainingModel):
         # JAX: Keras jits the whole step (`jit_compile`); PyTorch runs eagerly.
         super().compile(optimizer=optimizer,
                         jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
-        self._fit_state = portable_fit.compile_state(self, gradient_accumulation_steps,
+        self._fit_state = step_pieces.compile_state(self, gradient_accumulation_steps,
                                                      disc_auc_include_padding)
 
     def train_step(self, *args):
@@ -155,6 +155,6 @@ class ElectraPretrainer(PretrainingModel):
 def _keras_fit():
     """training/keras_fit.py, imported on the TensorFlow backend only: it imports TensorFlow,
     which the JAX and PyTorch paths must not need."""
-    from electra_tf.training import keras_fit
+    from electra_tf.training import keras_fit  # lazy: it imports TensorFlow
 
     return keras_fit

@@ -1,13 +1,19 @@
-"""What both trainers share (TensorFlow's `trainer`, JAX / PyTorch's `portable_trainer`): the
-input checks made before anything is written, the run directory's lock, and the words of a stop.
-Free of TensorFlow."""
+"""What every backend's run shares before and beside its loop (`run.PretrainingRun`): the input
+checks made before anything is written, the data-position key, the weights' fingerprint and the
+words of a stop. Free of TensorFlow."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
-from typing import Dict, Optional
+import os
+from typing import Callable, Iterable, Optional
+
+import numpy as np
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.data import integrity
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.training import adam_warmup
 from electra_tf.vocab import Vocab, load_vocab
@@ -81,50 +87,46 @@ def preempted(step: int, checkpoint: Optional[str], during: str, rerun: str) -> 
                      f"checkpoint {checkpoint} is complete). Rerun the same command to {rerun}")
 
 
-class LockedRun:
-    """A trainer holding its run directory's lock (`_lock`) until `close()` or the block's end,
-    and training from its step in chunks (`step`, `stop`, `_train_steps(start, end)`, `_save()`
-    and `_stop_preempted()` its own)."""
+def data_position_key(config: PretrainingConfig, plan: Optional[dict], pipeline: dict,
+                      size: Callable[[str], int] = os.path.getsize) -> str:
+    """What a saved data position depends on, as one sha256: the shards (names and sizes), the
+    global batch, the seed, the sequence length, the record plan and the backend's `pipeline`
+    facts. A position is restored only into the pipeline of the same key (a different batch size
+    fails at the first step; rebuilt shards would resume mid-record).
 
-    _lock = None
-    _schedule_checked = False
+    Args:
+        config: the run's config (`pretrain_tfrecords`, `train_batch_size`, `seed`,
+            `max_seq_length`; no shards listed unless `do_train`).
+        plan: the training split's record plan (`dataset_checks.record_plan`), or None.
+        pipeline: dict. What else the backend's reader depends on (TensorFlow: replicas and input
+            pipelines; JAX / PyTorch: the backend, and the readers of several hosts). Its keys are
+            part of the saved keys of earlier runs: change them and those runs restart their data.
+        size: callable path -> bytes (TensorFlow: `tf.io.gfile`, for gs:// shards).
 
-    def train(self, stop_at_step: Optional[int] = None) -> Dict[str, float]:
-        """Trains to `num_train_steps` (or `stop_at_step`, for tests and staged runs), resuming
-        from the current step. Returns the last chunk's averaged scalars."""
-        config = self.config
-        start_step = self.step
-        end_step = min(config.num_train_steps, stop_at_step or config.num_train_steps)
-        if start_step >= end_step:
-            logger.info("already at step %d >= num_train_steps %d: nothing to train", start_step,
-                        config.num_train_steps)
-            return {}
-        if not self._schedule_checked:  # once per run, whatever the number of train() calls
-            self._schedule_checked = True
-            warn_about_schedule(config)
-        with self.stop:  # SIGTERM: stop before the next step, save, raise Preempted
-            return self._train_steps(start_step, end_step)
+    Returns:
+        str. The hex digest.
+    """
+    files = ([(os.path.basename(f), size(f)) for f in integrity.list_files(
+        config.pretrain_tfrecords)] if config.do_train else [])
+    key = {"files": files, "global_batch": config.train_batch_size, "seed": config.seed,
+           "max_seq_length": config.max_seq_length, **pipeline}
+    if plan is not None:  # other records read = another pipeline
+        key["record_plan"] = {os.path.basename(f): v for f, v in plan.items()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
 
-    def _chunk_size(self, end_step: int) -> int:
-        """Steps of the next chunk: up to the next checkpoint, the end, or the loop size."""
-        step, every = self.step, self.config.save_checkpoints_steps
-        return min(self.config.iterations_per_loop, every - step % every, end_step - step)
 
-    def _stop_or_save(self, end_step: int) -> None:
-        """After a chunk: stop (saving) if SIGTERM asked, else save when a checkpoint is due."""
-        if self.stop.requested:
-            self._stop_preempted()
-        if self.step % self.config.save_checkpoints_steps == 0 or self.step >= end_step:
-            self._save()
+def weights_fingerprint(variables: Iterable) -> str:
+    """sha256 over the variables' dtypes, shapes and bytes, in the given (fixed) order, on every
+    backend: equal weights, equal fingerprints.
 
-    def close(self) -> None:
-        """Releases the run directory's lock (idempotent; the process's exit does too)."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+    Two runs with this fingerprint equal hold bit-identical weights (used to check that workers
+    end identical, that a resumed run equals an uninterrupted one and that backends agree).
+    Names are left out: Keras numbers some of them per process (`seed_generator_7`), which says
+    nothing about the values.
+    """
+    digest = hashlib.sha256()
+    for variable in variables:
+        value = np.asarray(variable.numpy())
+        digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()

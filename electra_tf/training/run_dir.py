@@ -81,6 +81,7 @@ DEFAULT_STRIP_ACCENTS = True
 def vocab_copy_name(vocab_path: str) -> str:
     """The name of a vocabulary's copy in a run or export: vocab.txt, or spm.model for a
     SentencePiece model."""
+    # lazy: the SentencePiece reader is wanted only for a vocab of that kind
     from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
 
     try:
@@ -327,6 +328,7 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
     """
     import tensorflow as tf
 
+    # lazy: it imports keras; configuration code reads this module's names without it
     from electra_tf.training import portable_checkpoint
 
     init_dir = os.path.join(output_dir, checkpoint_files.INIT_CHECKPOINT_DIR)
@@ -369,7 +371,7 @@ def tokenization_settings(config: PretrainingConfig,
         config: the run's PretrainingConfig.
         model_dir: where the run is now, if not `config.model_dir` (a moved or copied run).
     """
-    from electra_tf.data.tfrecord_io import MANIFEST_NAME  # beside the shards (numpy: imported late)
+    from electra_tf.data.tfrecord_io import MANIFEST_NAME  # lazy: numpy, imported late
 
     candidates = [os.path.join(model_dir or config.model_dir, DATASET_MANIFEST_COPY)]
     if config.pretrain_tfrecords:
@@ -397,6 +399,7 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
                                  another: str = PASS_CHECKPOINT) -> Optional[str]:
     """The `ckpt-N.npz` to read: `checkpoint` if it is one (or a directory of them, for a run
     of another backend), else the newest of a JAX / PyTorch run; None for TensorFlow checkpoints."""
+    # lazy: it imports keras; configuration code reads this module's names without it
     from electra_tf.training import portable_checkpoint
 
     if checkpoint and checkpoint.endswith(portable_checkpoint.SUFFIX):
@@ -415,6 +418,20 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
         raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "
                             f"or {another}")
     return found
+
+
+def is_portable_run(model_dir: str, checkpoint: Optional[str] = None) -> bool:
+    """Whether `load_run` reads a JAX / PyTorch checkpoint (`ckpt-N.npz`) here: `checkpoint`
+    names one, or the run's config.json says its backend is jax or torch. No TensorFlow needed
+    to tell."""
+    if checkpoint:
+        return checkpoint.endswith(".npz")
+    try:
+        with open(os.path.join(model_dir, CONFIG_NAME), encoding="utf-8") as f:
+            backend = json.load(f).get("backend", "tensorflow")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return backend != "tensorflow"
 
 
 class LoadedRun(NamedTuple):
@@ -451,12 +468,12 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None,
     Raises:
         TrainingError: files missing, or the checkpoint does not match the config.
     """
-    import tensorflow as tf
-
+    # lazy: loading a run needs keras, the model and the data checks; this module's names do not
     from electra_tf.training import run_base
 
-    run_base.check_keras_backend("tensorflow", "reading a run (conversion, fine-tuning)")
-    from electra_tf.training.pretrainer import ElectraPretrainer
+    if not is_portable_run(model_dir, checkpoint):  # ckpt-N.npz: read on any backend
+        run_base.check_keras_backend("tensorflow", "reading a run (conversion, fine-tuning)")
+    from electra_tf.training.pretrainer import ElectraPretrainer  # lazy: after the check above
 
     config_path = os.path.join(model_dir, CONFIG_NAME)
     if not os.path.isfile(config_path):
@@ -471,11 +488,13 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None,
     model.build_from_sequence_length()
     portable = _portable_checkpoint_to_read(model_dir, checkpoint, config, another)
     if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)
-        from electra_tf.training import portable_checkpoint
+        from electra_tf.training import portable_checkpoint  # lazy: as above (keras)
 
         saved = portable_checkpoint.restore(portable, model, None)
         logger.info("read %s (step %d) with the model of %s", portable, saved.step, config_path)
         return LoadedRun(config, vocab, model, portable, saved.step)
+    import tensorflow as tf  # here: a JAX / PyTorch run's checkpoint (above) needs none
+
     found = checkpoint_files.checkpoint_to_read(model_dir, checkpoint)
     if found is None:
         raise TrainingError(f"no checkpoint in {model_dir} (nor in {checkpoint_files.INIT_CHECKPOINT_DIR}/): train "

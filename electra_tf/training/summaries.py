@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Dict, Optional
+from typing import Dict, Optional, Protocol
 
 import numpy as np
 
@@ -23,7 +23,8 @@ logger = logging.getLogger("electra_tf")
 
 def loop_scalars(history: Dict[str, np.ndarray], metric_results: dict, done: int,
                  elapsed: float, global_batch: int) -> Dict[str, float]:
-    """The scalars of one compiled loop (the loop's mean over the steps it applied).
+    """The scalars of one compiled TensorFlow loop from its per-step history (`chunk_scalars`
+    over the steps it applied).
 
     Args:
         history: the loop's per-step values (`train_step.HISTORY_KEYS`, numpy).
@@ -33,14 +34,41 @@ def loop_scalars(history: Dict[str, np.ndarray], metric_results: dict, done: int
         global_batch: int. Examples per step.
     """
     applied = history["skipped"] == 0  # the loop's scalars cover applied steps only
-    scalars = {k: float(history[k][applied].mean()) if applied.any() else float("nan")
-               for k in ("total_loss", "masked_lm_loss", "disc_loss", "grad_norm")}
+    terms = {k: float(history[k][applied].mean()) if applied.any() else float("nan")
+             for k in ("total_loss", "masked_lm_loss", "disc_loss", "grad_norm")}
     # The rate of the loop's last update, lr(step - 1) at summary step `step`.
-    scalars["learning_rate"] = float(history["learning_rate"][-1])
+    return chunk_scalars(terms, float(history["learning_rate"][-1]), metric_results, done,
+                         elapsed, global_batch, float(history["tokens"].sum()))
+
+
+def chunk_scalars(terms: Dict[str, float], learning_rate: float, metric_results: dict,
+                  done: int, elapsed: float, global_batch: int,
+                  tokens: float) -> Dict[str, float]:
+    """The scalars of one chunk of training steps, on every backend.
+
+    Args:
+        terms: {total_loss, masked_lm_loss, disc_loss, grad_norm}: the chunk's means of each
+            step's value (not the official metrics of the same names, which are per-slot /
+            per-sequence means: those give the other keys).
+        learning_rate: float. The rate of the chunk's last update, lr(step - 1) at summary step
+            `step`.
+        metric_results: {name: value}: the official metrics over the chunk (and anything else
+            the backend reports); `masked_lm_loss` and `disc_loss` there are left out.
+        done: int. Steps the chunk ran.
+        elapsed: float. Wall-clock seconds of the chunk.
+        global_batch: int. Examples per step.
+        tokens: float. Real (unpadded) tokens the chunk read, every host's.
+
+    Returns:
+        {name: float}: the terms, `learning_rate`, the metrics, `examples_per_second`,
+        `tokens_per_second`.
+    """
+    scalars = {k: float(v) for k, v in terms.items()}
+    scalars["learning_rate"] = float(learning_rate)
     scalars.update({k: float(v) for k, v in metric_results.items()
-                    if k not in ("masked_lm_loss", "disc_loss")})
+                    if k not in ("masked_lm_loss", "disc_loss") and k not in terms})
     scalars["examples_per_second"] = done * global_batch / elapsed
-    scalars["tokens_per_second"] = float(history["tokens"].sum()) / elapsed
+    scalars["tokens_per_second"] = float(tokens) / elapsed
     return scalars
 
 
@@ -54,19 +82,53 @@ def add_sampling_temperature(scalars: Dict[str, float], model, step: int) -> Non
     scalars["temperature"] = float(ops.convert_to_numpy(model.sampling_temperature(step - 1)))
 
 
-def write_scalars(writer: Optional["tf.summary.SummaryWriter"], step: int,
-                  scalars: Dict[str, float]) -> None:
-    """TensorBoard scalars at `step` (nothing without a writer: non-chief workers)."""
-    if writer is None:
-        return
-    import tensorflow as tf
+class ScalarWriter(Protocol):
+    """A run's TensorBoard events as the run writes them, on every backend (TensorFlow:
+    `TfEventWriter`; without TensorFlow: `portable_board.EventWriter`; off the chief:
+    `portable_board.NullWriter`)."""
 
-    try:
-        with writer.as_default(step=step):
-            for name, value in scalars.items():
+    def scalars(self, step: int, values: Dict[str, float]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TfEventWriter:
+    """TensorFlow's summary writer as a `ScalarWriter` (its `summary_writer` for the hparams
+    plugin and the config text: `board.write_run_info`)."""
+
+    def __init__(self, directory: str):
+        import tensorflow as tf
+
+        self.summary_writer = tf.summary.create_file_writer(directory)
+
+    def scalars(self, step: int, values: Dict[str, float]) -> None:
+        import tensorflow as tf
+
+        with self.summary_writer.as_default(step=step):
+            for name, value in values.items():
                 tf.summary.scalar(name, value)
+
+    def flush(self) -> None:
+        self.summary_writer.flush()
+
+    def close(self) -> None:
+        self.summary_writer.close()
+
+
+def write_scalars(writer: ScalarWriter, step: int, scalars: Dict[str, float]) -> None:
+    """TensorBoard scalars at `step`, flushed (nothing for none).
+
+    Raises:
+        TrainingError: the events cannot be written (a full disk).
+    """
+    if not scalars:
+        return
+    try:
+        writer.scalars(step, scalars)
         writer.flush()
-    except tf.errors.OpError as e:  # a full disk
+    except (OSError,) + _tf_errors() as e:  # a full disk
         raise TrainingError(f"cannot write the TensorBoard events at step {step} "
                             f"({error_line(e)}): training stopped; free space and rerun to "
                             "resume from the last checkpoint") from None

@@ -1,6 +1,8 @@
-"""The pretraining run: `run(config)` is what `run_pretraining.py` calls.
+"""The pretraining run on TensorFlow: `run(config)` is what `run_pretraining.py` calls.
 
-The order, as the official `train_or_eval`:
+`Trainer` is `run.PretrainingRun`'s TensorFlow backend: the run (its phases, loop, checkpoint
+cadence, stops, scalars and evaluation's verdict) is `run.PretrainingRun`'s; this module sets it up
+and runs its chunks. The order, as the official `train_or_eval`:
 
 1. Set up (`Trainer.__init__`): strategy (before any other op), the precision ("auto"
    resolved for this device: `electra_tf.precision`), vocab and dataset checks, then the run
@@ -8,8 +10,8 @@ The order, as the official `train_or_eval`:
    is an error; `overwrite` deletes a previous run only after the checks pass), the model,
    optimizer and metrics under the strategy scope, and the start: the latest checkpoint,
    imported weights, or step 0 (`checkpointing`).
-2. Train (`Trainer.train`): run a compiled chunk of `iterations_per_loop` steps
-   (`train_step`), summarize it (TensorBoard and a console line, chief only: `summaries`),
+2. Train (`PretrainingRun.train`): run a compiled chunk of `iterations_per_loop` steps
+   (`Trainer._train_chunk`: `train_step`), summarize it (TensorBoard and a console line, chief only: `summaries`),
    save a checkpoint every `save_checkpoints_steps` and at the end. A non-finite loss stops the
    run (`TrainingError`) without saving; SIGTERM stops it at the next step boundary after saving
    (`preemption`: `Preempted`, exit status 42).
@@ -34,22 +36,25 @@ import tensorflow as tf
 from electra_tf import precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data import integrity
-from electra_tf.errors import Preempted, TrainingError, error_line
+from electra_tf.errors import TrainingError, error_line
 from electra_tf.pretraining.metrics import PretrainingMetrics
 from electra_tf.training import (board, checkpoint_files, checkpointing, collapse,
                                  dataset_checks, frozen_generator, graph_leaks, inputs,
-                                 optimization, preemption, run_base, run_dir,
-                                 summaries, train_step)
+                                 optimization, portable_board, portable_checkpoint, preemption,
+                                 run_base, run_dir, summaries, train_step)
 from electra_tf.training import observers as observers_lib
 from electra_tf.training.pretrainer import ElectraPretrainer
+from electra_tf.training.run import PretrainingRun
 from electra_tf.training.strategy import get_strategy, is_chief
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")
 
 
-class Trainer(run_base.LockedRun):
-    """Holds the strategy, model, optimizer and checkpoint of one run.
+class Trainer(PretrainingRun):
+    """The run on TensorFlow (`run.PretrainingRun`'s TensorFlow backend): holds the strategy,
+    model, optimizer and checkpoint of one run; its chunk is a compiled `tf.function` loop
+    (`train_step.make_train_loop`).
 
     Construction checks everything that can be wrong with the inputs (vocab, datasets, batch
     split, an existing run's compatibility) before anything is written, then builds the model
@@ -183,8 +188,6 @@ class Trainer(run_base.LockedRun):
     def _read_portable(self) -> bool:
         """Evaluation / export of a `--backend jax|torch` run: reads its newest `ckpt-N.npz`
         (the model and step). Returns False if it has none."""
-        from electra_tf.training import portable_checkpoint
-
         path = portable_checkpoint.latest_good(self.config.model_dir)
         if path is None:
             return False
@@ -240,62 +243,36 @@ class Trainer(run_base.LockedRun):
     def manager(self) -> tf.train.CheckpointManager:
         return self.checkpointer.manager
 
-    def weights_fingerprint(self) -> str:
-        """sha256 of the model's variables (trainable, then the rest incl. dropout RNG states),
-        in the model's fixed order."""
-        return checkpointing.weights_fingerprint(list(self.model.trainable_variables)
-                                                 + list(self.model.non_trainable_variables))
+    @property
+    def latest(self) -> Optional[str]:
+        return self.checkpointer.latest
+
+    def _saved_at_step(self) -> bool:
+        latest = self.checkpointer.latest
+        return latest is not None and checkpoint_files.checkpoint_number(latest) == self.step
 
     # --- Training ----------------------------------------------------------------------------------
-    def _train_steps(self, start_step: int, end_step: int) -> Dict[str, float]:
-        config = self.config
-        writer = tf.summary.create_file_writer(config.model_dir) if self.chief else None
-        board.write_run_info(writer, config, start_step)  # hparams plugin, config text
-        profiler = board.Profiler(config.model_dir, self.profile_steps, self.chief)
-        if start_step == 0:
-            self._save()  # step-0 checkpoint: a crash in the first chunk loses nothing
-        self._probe(writer, start_step, end_step)  # step 0: the untrained baseline
-        logger.info("training from step %d to %d (global batch %d, %d replica(s))", start_step,
-                    config.num_train_steps, config.train_batch_size,
-                    self.strategy.num_replicas_in_sync)
-        scalars: Dict[str, float] = {}
-        run_start = time.time()
-        try:
-            while self.step < end_step:
-                previous_step = self.step
-                profiler.before_loop(self.step)
-                chunk = self._train_chunk(self._chunk_size(end_step))
-                profiler.after_loop(self.step)
-                if chunk:  # empty when stopped before its first step
-                    scalars = chunk
-                    summaries.write_scalars(writer, self.step, scalars)
-                if self.chief and chunk:
-                    rate = (self.step - start_step) / max(time.time() - run_start, 1e-9)
-                    summaries.log_progress(self.step, config.num_train_steps, scalars, rate)
-                self._probe(writer, previous_step, end_step)
-                self._stop_or_save(end_step)
-        finally:
+    def _open_writer(self) -> summaries.ScalarWriter:
+        return (summaries.TfEventWriter(self.config.model_dir) if self.chief
+                else portable_board.NullWriter())
+
+    def _write_run_info(self, writer, start_step: int) -> None:
+        board.write_run_info(getattr(writer, "summary_writer", None), self.config, start_step)
+        self._profiler = board.Profiler(self.config.model_dir, self.profile_steps, self.chief)
+
+    def _describe(self) -> str:
+        return f"{self.strategy.num_replicas_in_sync} replica(s)"
+
+    def _before_chunk(self) -> None:
+        self._profiler.before_loop(self.step)
+
+    def _after_chunk(self) -> None:
+        self._profiler.after_loop(self.step)
+
+    def _end_training(self) -> None:
+        profiler = getattr(self, "_profiler", None)
+        if profiler is not None:
             profiler.stop(self.step)
-            if writer is not None:
-                writer.close()
-        if self.chief:
-            self._log_done(start_step, time.time() - run_start, scalars)
-        return scalars
-
-    def _probe(self, writer, previous_step: int, end_step: int) -> None:
-        """The observer's scalars at this step (the learning probe's when due), beside the
-        losses."""
-        if self.observer is not None and not self.stop.requested:
-            summaries.write_scalars(writer, self.step, self.observer.observe(
-                previous_step, self.step, end_step, self.model.discriminator))
-
-    def _stop_preempted(self) -> None:
-        """Saves the current step (unless just saved) and raises Preempted."""
-        latest = self.checkpointer.latest
-        if latest is None or checkpoint_files.checkpoint_number(latest) != self.step:
-            self._save()
-        raise Preempted(f"stopped by SIGTERM at step {self.step} of {self.config.num_train_steps}; "
-                        f"saved {self.checkpointer.latest}. Rerun the same command to resume")
 
     def train_loop(self):
         """The compiled loop `train()` runs, `(iterator, num_steps) -> (done, history)`
@@ -335,41 +312,17 @@ class Trainer(run_base.LockedRun):
             isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer), self.checkpointer.latest)
         scalars = summaries.loop_scalars(history, self.metrics.result(), done, elapsed,
                                          config.train_batch_size)
-        summaries.add_sampling_temperature(scalars, self.model, self.step)
-        if config.max_skipped_nonfinite_steps:
-            scalars["skipped_steps"] = float(self.skipped_steps)
-        if config.skip_bad_records:
-            scalars["skipped_records"] = float(self.dataset_summaries["train"]["skipped_records"])
-        self.collapse_guard.observe(self.step, scalars)
-        return scalars
-
-    def preempted(self, during: str, rerun: str) -> Preempted:
-        """The stop of a phase other than training: nothing of the run is lost."""
-        return run_base.preempted(self.step, self.checkpointer.latest or self.restored_from,
-                                  during, rerun)
+        return self._chunk_scalars(
+            scalars, self.skipped_steps,
+            self.dataset_summaries.get("train", {}).get("skipped_records"))
 
     def _save(self) -> None:
         path = self.checkpointer.save(self.step)
         if self.chief:
             logger.info("saved checkpoint %s", path)
 
-    def _log_done(self, start_step: int, elapsed: float, scalars: Dict[str, float]) -> None:
-        logger.info(
-            "training done: steps %d-%d in %s (%.1f ex/s incl. compilation); last loop: loss "
-            "%.4f mlm %.4f disc %.4f; checkpoint %s", start_step, self.step,
-            summaries.format_seconds(elapsed),
-            (self.step - start_step) * self.config.train_batch_size / max(elapsed, 1e-9),
-            scalars["total_loss"], scalars["masked_lm_loss"], scalars["disc_loss"],
-            self.checkpointer.latest)
-
     # --- Evaluation --------------------------------------------------------------------------------
-    def evaluate(self) -> Dict[str, float]:
-        """Runs `num_eval_steps` batches of the held-out split in eval mode (no dropout).
-
-        Writes `eval_results.txt` (sorted `name = value` lines, the official printout) and
-        TensorBoard scalars under `model_dir/eval`, with the collapse guard's `disc_collapsed`
-        (`collapse.CollapseGuard.judge_eval`) and its line on a base-rate discriminator.
-        """
+    def _evaluate_batches(self) -> Dict[str, float]:
         config = self.config
         dataset = inputs.distributed_dataset(self.strategy, config, config.eval_tfrecords,
                                              config.eval_batch_size, is_training=False,
@@ -385,11 +338,23 @@ class Trainer(run_base.LockedRun):
                                                           "written)")
         results = {k: float(v) for k, v in self.metrics.result().items()}
         results["loss"] = loss
-        results["global_step"] = self.step
-        note = self.collapse_guard.judge_eval(self.step, results)  # adds disc_collapsed
-        if self.chief:
-            summaries.write_eval_results(config.model_dir, self.step, results, note=note)
         return results
+
+    def _write_eval_results(self, results: Dict[str, float], note) -> None:
+        if self.chief:
+            summaries.write_eval_results(self.config.model_dir, self.step, results, note=note)
+
+    def _export(self) -> Optional[dict]:
+        """The SavedModels (chief only; `export.export_all`)."""
+        if not self.chief:
+            return None
+        # lazy: it imports tensorflow_text, needed only when exporting
+        from electra_tf.training import export
+
+        try:
+            return export.export_all(self.model, self.vocab, self.config, self.step)
+        except preemption.Interrupted:  # the staging directory is already removed
+            raise self.preempted("during the export", "export") from None
 
 
 def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = None,
@@ -416,30 +381,4 @@ def run(config: PretrainingConfig, strategy: Optional[tf.distribute.Strategy] = 
     with preemption.SigtermWatch(), graph_leaks.custom_gradients_released(), \
             Trainer(config, strategy, overwrite=overwrite, profile_steps=profile_steps,
                     observers=observers) as trainer:
-        return _run(trainer)
-
-
-def _run(trainer: Trainer) -> dict:
-    config = trainer.config
-    results = {}
-    with trainer.stop:  # SIGTERM in any phase below: Preempted (exit status 42)
-        if config.do_train:
-            results["train"] = trainer.train()
-        if trainer.observer is not None:
-            results["probe"] = trainer.observer.results()
-        if config.do_eval:
-            results["eval"] = trainer.evaluate()
-        if config.do_export and trainer.chief:
-            from electra_tf.training import export  # imports tensorflow_text: only when exporting
-
-            try:
-                results["export"] = export.export_all(trainer.model, trainer.vocab, config,
-                                                      trainer.step)
-            except preemption.Interrupted:  # the staging directory is already removed
-                raise trainer.preempted("during the export", "export") from None
-    results["final"] = {"global_step": trainer.step,
-                        "checkpoint": trainer.checkpointer.latest,
-                        "weights_sha256": trainer.weights_fingerprint()}
-    logger.info("final: step %d, checkpoint %s, weights sha256 %s", trainer.step,
-                results["final"]["checkpoint"], results["final"]["weights_sha256"])
-    return results
+        return trainer.run_phases()
