@@ -103,15 +103,18 @@ def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.p
         config = pretraining_config_from_args(args)
         # The learning probe is built here (it reads a fine-tuning task) and handed to the run,
         # which sees an observer only (training/ imports nothing of finetuning/).
+        # lazy: after KERAS_BACKEND is set in main() (keras reads it once, at import)
         from electra_tf.finetuning import probe
 
         if config.backend == "tensorflow":
+            # lazy: each backend's trainer imports its own framework
             from electra_tf.training import trainer
 
             results = trainer.run(config, overwrite=args.overwrite,
                                   profile_steps=getattr(args, "profile_steps", 0),
                                   observers=probe.for_run)
         else:
+            # lazy: each backend's trainer imports its own framework
             from electra_tf.training import portable_trainer
 
             results = portable_trainer.run(config, overwrite=args.overwrite,
@@ -134,7 +137,7 @@ def main(argv=None, prog: str = PROG) -> int:
         os.environ["KERAS_BACKEND"] = backend
     code = run_pretraining_cli(args, prog)
     if backend == "jax":
-        from electra_tf.training import hosts
+        from electra_tf.training import hosts  # lazy: JAX is imported by JAX runs only
 
         if hosts.lost():  # JAX's exit would wait ~100 s for the lost host, then abort
             logging.shutdown()
