@@ -37,6 +37,14 @@ batches, metrics read once per call; `portable_fit.jax_train_function`), their w
 alternating (A, B, A, B), one row per value; the steps per window are a multiple of every k.
 Default: 1 (the step as Keras calls it, one call per step).
 
+`--model-variants default,noattndrop,noattndrop+fused,pad128` (the electra_tf_jax rows): the
+model's speed options of issue 45, each variant a model of its own in the same subprocess (with
+every steps-per-execution value), windows alternating, one row each: `pad128` the vocabulary
+padded to a multiple of 128 in the MLM head (`vocab_padding_multiple`, masked: the same
+numerics), `fused` the attention through `keras.ops.dot_product_attention` (cuDNN flash attention
+on a GPU; it needs the attention dropout off, so it implies `noattndrop`), `noattndrop` the
+attention dropout 0 (the reference `fused` is compared with). Default: default.
+
 Every (implementation, size, dtype) runs in its own subprocess, one after the other, so JAX and
 PyTorch never share the GPU (the JAX child runs with XLA_PYTHON_CLIENT_PREALLOCATE=false), with
 tensorflow and tensorflow_text unimportable (as on the GPU machine, where they are absent): the
@@ -106,9 +114,10 @@ TARGETS = {"vs_torch": 1.3, "vs_torch_compile": 1.0, "mfu": 0.45}
 # ------------------------------------------------------------------------------------------------
 # Model and FLOPs
 # ------------------------------------------------------------------------------------------------
-def pretraining_config(size: str, dtype: str, batch: int, smoke: bool, tiny: bool = False):
+def pretraining_config(size: str, dtype: str, batch: int, smoke: bool, tiny: bool = False,
+                       model_overrides=None):
     """electra-tf's PretrainingConfig of one row (the size preset, seq 128, this batch; --tiny:
-    the smoke model at `TINY_SHAPE`)."""
+    the smoke model at `TINY_SHAPE`; `model_overrides`: more model_hparam_overrides)."""
     from electra_tf.config import PretrainingConfig
 
     hparams = {"model_size": size, "vocab_size": VOCAB_SIZE, "max_seq_length": SEQ_LENGTH,
@@ -116,7 +125,32 @@ def pretraining_config(size: str, dtype: str, batch: int, smoke: bool, tiny: boo
                "mixed_precision": "mixed_bfloat16" if dtype == "bfloat16" else "float32"}
     hparams.update(SMOKE_HPARAMS if smoke or tiny else {})
     hparams.update(TINY_SHAPE if tiny else {})
+    if model_overrides:
+        hparams["model_hparam_overrides"] = dict(hparams.get("model_hparam_overrides", {}),
+                                                 **model_overrides)
     return PretrainingConfig.create("gpu_step", "unused", hparams)
+
+
+# --model-variants: each "+"-joined token's (PretrainingModel keyword arguments,
+# model_hparam_overrides).
+VARIANT_TOKENS = {
+    "default": ({}, {}),
+    "pad128": ({"vocab_padding_multiple": 128}, {}),
+    "noattndrop": ({}, {"attention_probs_dropout_prob": 0.0}),
+    "fused": ({"fused_attention": True}, {"attention_probs_dropout_prob": 0.0}),
+}
+
+
+def parse_variant(spec: str):
+    """(model keyword arguments, model_hparam_overrides) of a --model-variants entry."""
+    options, overrides = {}, {}
+    for token in spec.split("+"):
+        if token not in VARIANT_TOKENS:
+            raise ValueError(f"unknown model variant token {token!r} in {spec!r}; known: "
+                             + ", ".join(VARIANT_TOKENS))
+        options.update(VARIANT_TOKENS[token][0])
+        overrides.update(VARIANT_TOKENS[token][1])
+    return options, overrides
 
 
 def data_shape(config) -> dict:
@@ -206,12 +240,19 @@ def worker_electra_tf_jax(args) -> dict:
                                 args.tiny)
     keras.mixed_precision.set_global_policy(config.mixed_precision)
     models, build = {}, None
-    for k in args.steps_per_execution:  # one model per k, each from seed 0
-        keras.utils.set_random_seed(0)
-        start = time.perf_counter()
-        models[k] = ElectraPretrainer.from_pretraining_config(config, SpecialTokens(**SPECIAL))
-        models[k].compile(optimizer=create_optimizer(config).optimizer, steps_per_execution=k)
-        build = build or time.perf_counter() - start
+    for variant in args.model_variants:
+        options, overrides = parse_variant(variant)
+        variant_config = pretraining_config(args.size_one, args.dtype_one, args.batch,
+                                            args.smoke, args.tiny, overrides)
+        for k in args.steps_per_execution:  # one model per (variant, k), each from seed 0
+            keras.utils.set_random_seed(0)
+            start = time.perf_counter()
+            model = ElectraPretrainer.from_pretraining_config(
+                variant_config, SpecialTokens(**SPECIAL), **options)
+            model.compile(optimizer=create_optimizer(variant_config).optimizer,
+                          steps_per_execution=k)
+            models[(variant, k) if args.model_variants != ["default"] else k] = model
+            build = build or time.perf_counter() - start
     pool = pretrain_step.numpy_batches(args.batch, POOL, seed=1, **data_shape(config))
     windows = {}  # steps -> that many batches as one dict of int32 arrays (built untimed once)
 
@@ -373,7 +414,9 @@ def _jax_variants_result(by_k: dict, build) -> dict:
     import keras
     import keras_hub
 
-    result = {"variants": [dict(r, steps_per_execution=k) for k, r in by_k.items()]}
+    result = {"variants": [dict(r, steps_per_execution=k[1], model_variant=k[0])
+                           if isinstance(k, tuple) else dict(r, steps_per_execution=k)
+                           for k, r in by_k.items()]}
     device = jax.devices()[0]
     stats = device.memory_stats() or {}
     result.update(build_seconds=build, device=_jax_device(device),
@@ -449,7 +492,8 @@ def spawn(worker: str, args, extra, timeout: float) -> dict:
            "--windows", str(args.windows), "--warmup", str(args.warmup),
            "--min-window", str(args.min_window), "--matmul-size", str(args.matmul_size),
            "--device", args.device, "--fp32-precision", args.fp32_precision,
-           "--steps-per-execution", ",".join(map(str, args.steps_per_execution))] + extra
+           "--steps-per-execution", ",".join(map(str, args.steps_per_execution)),
+           "--model-variants", ",".join(args.model_variants)] + extra
     cmd += ["--smoke"] * args.smoke + ["--tiny"] * args.tiny
     env = dict(os.environ, HF_HUB_OFFLINE="1", TF_CPP_MIN_LOG_LEVEL="2")
     if worker in JAX_WORKERS:
@@ -513,6 +557,8 @@ def markdown_table(rows) -> str:
         if "steps_per_execution" in r and (r["steps_per_execution"] > 1
                                            or r["implementation"] == "electra_tf_jax_trainer"):
             label += f", {r['steps_per_execution']} step(s)/call"
+        if r.get("model_variant"):
+            label += f", {r['model_variant']}"
         head = f"| {label} | {r['size']} | {r['dtype']} |"
         if "sequences_per_second" not in r:
             why = r.get("skipped") or r.get("error", "").splitlines()[-1][:120]
@@ -588,7 +634,8 @@ def run_driver(args) -> int:
                                     peak, args)
                     rows.append(row)
                     if "sequences_per_second" in row:
-                        per_call = (f"{variant['steps_per_execution']} step(s)/call: "
+                        per_call = (f"{variant.get('model_variant', '')} "
+                                    f"{variant['steps_per_execution']} step(s)/call: "
                                     if variant else "")
                         print(f"  {per_call}{row['sequences_per_second']:.1f} seq/s; build "
                               f"{row['build_seconds']:.1f} s, first call (compile + "
@@ -626,7 +673,7 @@ def run_driver(args) -> int:
               "machine": info, "versions": dict(versions, python=platform.python_version()),
               "settings": {k: getattr(args, k) for k in (
                   "batch", "steps", "windows", "warmup", "min_window", "matmul_size", "device",
-                  "fp32_precision", "budget", "steps_per_execution")},
+                  "fp32_precision", "budget", "steps_per_execution", "model_variants")},
               "torch_allow_tf32": tf32, "seq_length": seq, "tiny": args.tiny,
               "matmul_peak": peak_result,
               "results": rows, "targets": TARGETS, "table": markdown_table(rows)}
@@ -635,6 +682,17 @@ def run_driver(args) -> int:
         json.dump(report, f, indent=1)
     print(f"wrote {args.out} ({time.perf_counter() - t0:.0f} s)")
     return 0
+
+
+def _variant_list(text: str) -> list:
+    """--model-variants: comma-separated variants, each checked by `parse_variant`."""
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    for variant in variants:
+        try:
+            parse_variant(variant)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return variants
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -660,6 +718,10 @@ def build_parser() -> argparse.ArgumentParser:
                         default=[1],
                         help="the JAX rows' steps per compiled call, comma-separated: one row "
                              "each, measured in one process, windows alternating. Default: 1")
+    parser.add_argument("--model-variants", type=_variant_list, default=["default"],
+                        help="the electra_tf_jax rows' model speed options, comma-separated, "
+                             "each a '+'-joined set of " + ", ".join(VARIANT_TOKENS)
+                             + " (one row each, in one process). Default: default")
     parser.add_argument("--min-window", type=float, default=1.0,
                         help="seconds a timed window lasts at least (hides fit()'s per-call "
                              "cost). Default: 1.0")
