@@ -180,3 +180,69 @@ def test_jax_and_torch_refuse_question_answering_in_one_line(tmp_path, backend):
         f"run_finetuning.py: error: fine-tuning on --backend {backend} supports the "
         "classification, regression and tagging families; not squad (qa): question answering's "
         "head and decoding are TensorFlow ops; use --backend tensorflow for them")
+
+
+_NER = [("Angela Merkel visited Paris", "B-PER I-PER O B-LOC"),
+        ("John Smith lives in Londons", "B-PER I-PER O O B-LOC"),
+        ("the cafe in Zurich is open", "O O O B-LOC O O")]
+
+
+def _conll(sentences, pos=False):
+    """CoNLL text: word and tag per line (pos: N for a capitalised word, W otherwise)."""
+    lines = []
+    for words, tags in sentences:
+        for word, tag in zip(words.split(), tags.split()):
+            lines.append(f"{word}\t{('N' if word[0].isupper() else 'W') if pos else tag}\n")
+        lines.append("\n")
+    return "".join(lines)
+
+
+@pytest.mark.slow
+def test_the_tool_fine_tunes_ner_and_pos_on_jax_with_the_tensorflow_runners_files(tmp_path):
+    """The tagging family through the whole tool without TensorFlow: the results' metrics, the
+    results.txt lines and the prediction files (word, gold, predicted) of TensorFlow's runner."""
+    backends.require("jax")
+    from electra_tf.finetuning import runner
+    from electra_tf.finetuning.config import FinetuningConfig
+    from tests.finetuning_fixtures import write_vocab
+
+    raw = tmp_path / "raw"
+    for task in ("ner", "pos"):
+        os.makedirs(raw / task)
+        (raw / task / "train.txt").write_text(_conll(_NER * 4, task == "pos"), encoding="utf-8")
+        (raw / task / "dev.txt").write_text(_conll(_NER, task == "pos"), encoding="utf-8")
+    vocab = write_vocab(str(tmp_path / "vocab.txt"), [
+        "angela", "merkel", "visited", "paris", "john", "smith", "lives", "in", "london", "##s",
+        "the", "cafe", "zurich", "is", "open"])
+    runs = {}
+    for backend in ("tensorflow", "jax"):
+        out = tmp_path / backend
+        hparams = dict(TINY_MODEL, task_names=["ner", "pos"], random_init=True,
+                       raw_data_dir=str(raw), vocab_file=vocab, max_seq_length=16,
+                       num_train_epochs=2, train_batch_size=8, learning_rate=1e-3,
+                       do_export=False, model_dir=str(out / "models"),
+                       results_json=str(out / "results" / "r.json"),
+                       results_txt=str(out / "results" / "r.txt"))
+        if backend == "tensorflow":
+            runner.run(FinetuningConfig.create("m", str(tmp_path), hparams))
+        else:
+            proc = _tool(tmp_path, "--backend", "jax", "--data-dir", str(tmp_path),
+                         "--hparams", json.dumps(hparams))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        results = json.load(open(out / "results" / "r.json"))
+        lines = open(out / "results" / "r.txt").read().splitlines()
+        files = {name: open(out / "results" / "ner,pos_tagging" / name).read().splitlines()
+                 for name in sorted(os.listdir(out / "results" / "ner,pos_tagging"))}
+        runs[backend] = results, lines, files
+    (tf_results, tf_lines, tf_files), (jax_results, jax_lines, jax_files) = (
+        runs["tensorflow"], runs["jax"])
+    assert jax_results["backend"] == "jax"
+    assert jax_results["data"] == tf_results["data"]  # labels, sentences, words, casing
+    for task in ("ner", "pos"):
+        assert (jax_results["trials"][0]["metrics"][task]["dev"].keys()
+                == tf_results["trials"][0]["metrics"][task]["dev"].keys())
+    assert [line.split(":")[0] for line in jax_lines] == [line.split(":")[0] for line in tf_lines]
+    assert set(jax_files) == set(tf_files) == {"ner_dev_1.txt", "pos_dev_1.txt"}
+    for name, lines in jax_files.items():
+        assert [line.split("\t")[:2] for line in lines] == [
+            line.split("\t")[:2] for line in tf_files[name]]  # words and gold tags
