@@ -295,6 +295,11 @@ def breakdown(out_dir: str, steps: int, train_module_pattern: str = "train") -> 
                          "op_name": op_name(modules.get(m), o)}
                         for (c, m, o), us in top],
             "scopes": {k: ms(v) for k, v in sorted(per_scope.items(), key=lambda kv: -kv[1])[:30]},
+            # Which kernels the compiled step calls by name (cuBLAS gemms, cuDNN fused
+            # attention "__cudnn$fmha...": whether fused_attention got cuDNN's kernel).
+            "custom_call_targets": sorted({op["target"] for parsed in modules.values()
+                                           for key, op in parsed.items()
+                                           if key != "__computations__" and op["target"]}),
             "unknown_ops": sorted(unknown)[:50], "unknown_op_count": len(unknown)}
 
 

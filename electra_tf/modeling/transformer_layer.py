@@ -343,14 +343,20 @@ class TransformerLayer(keras_hub.layers.TransformerEncoder):
         `keras.ops.dot_product_attention` call on the [B, L, heads, hs] layout it takes.
 
         The query is scaled in float32 before the cast as in `_attention_core` (scale 1 then);
-        the padding mask is the same -1e9 score bias (`ops_kernels.padding_bias`, [B, 1, 1, L],
-        cast to the compute dtype by keras); flash_attention None lets keras choose cuDNN's
-        fused kernel where it is usable (JAX on an Ampere or newer GPU) and XLA's otherwise.
+        the padding mask is the same -1e9 score bias (`ops_kernels.padding_bias`, cast to the
+        compute dtype by keras), broadcast to [B, 1, L, L]: cuDNN's fused kernel takes a bias
+        only with both sequence axes whole (jax's `check_layout`). flash_attention None lets
+        keras choose that kernel where it is usable (JAX on an Ampere or newer GPU) and XLA's
+        otherwise.
         """
         attention = self._self_attention_layer
         query, key, value = ops.unstack(qkv, 3, axis=2)  # [B, L, heads, hs] each, float32
         query = ops.cast(query * attention._inverse_sqrt_key_dim, dtype)
-        bias = None if padding_mask is None else ops_kernels.padding_bias(padding_mask)
+        bias = None
+        if padding_mask is not None:
+            batch, length = ops.shape(qkv)[0], ops.shape(qkv)[1]
+            bias = ops.broadcast_to(ops_kernels.padding_bias(padding_mask),
+                                    (batch, 1, length, length))
         return ops.dot_product_attention(query, ops.cast(key, dtype), ops.cast(value, dtype),
                                          bias=bias, scale=1.0)
 

@@ -91,6 +91,7 @@ def test_breakdown_of_a_written_trace(tmp_path):
     assert result["busy_ms_per_step"] == pytest.approx(30 / 2 / 1e3)  # 112-115 overlaps 110-115
     assert result["host_gap_ms_per_step"] == pytest.approx(85 / 2 / 1e3)
     assert result["unknown_op_count"] == 0
+    assert result["custom_call_targets"] == ["__cudnn$fmhaSoftmax"]
     assert result["scopes"]["forward electra/layer_N"] == pytest.approx(0.015)
     table = profile_step.markdown(result).splitlines()
     assert table[2].startswith("| matmul | 0.010 | 60.6% | 1 |")
