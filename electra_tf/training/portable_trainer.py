@@ -10,16 +10,17 @@ TensorFlow is absent (a TPU VM or a GPU box with JAX or PyTorch), with the same 
 hparams and run directory:
 
 1. Set up: what these backends cannot run refused (`portable_support`, `capabilities`), the
-   distribution (JAX:
-   `keras.distribution.DataParallel` over every local device when there are several, so the
-   global batch is split as the TensorFlow path splits it over replicas; with strategy
-   multi_worker, over every device of several hosts, each reading its part of the global
-   batch: `hosts`), the precision ("auto" resolved for this device; no
+   distribution (JAX: `keras.distribution.DataParallel` over every local device when there are
+   several, so the global batch is split as the TensorFlow path splits it over replicas; with
+   strategy multi_worker, over every device of several hosts, each reading its part of the
+   global batch: `hosts`), the precision ("auto" resolved for this device; no
    mixed_float16, whose loss scaling this step does not do), vocab and dataset checks, the run
    directory (config.json, the lock), the model and optimizer, then the start: the latest
    `ckpt-N.npz` (`portable_checkpoint`; the same on every host, with the reader's position when
    its data key matches: `portable_resume`), else the weights and step `from-google` imported
-   (`init_checkpoint/ckpt-0.npz`, fresh optimizer), or step 0.
+   (`init_checkpoint/ckpt-0.npz`, fresh optimizer), or step 0; at step 0 a frozen generator's
+   source (`two_stage_generator_dir`, `frozen_generator_dir`: a JAX / PyTorch run) is copied in
+   (`frozen_generator`).
 2. Train: chunks of `iterations_per_loop` steps, each one `fit()` call over the TensorFlow-free
    reader's batches (`data.record_reader.BatchReader`: the TensorFlow pipeline's examples in its
    order, decoded ahead in a thread), `steps_per_execution` steps per compiled call on JAX
