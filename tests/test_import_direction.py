@@ -48,7 +48,7 @@ PENDING_TRAINING: Set[Tuple[str, str]] = set()
 # Modules whose function-level imports need not say why yet: electra_tf/training/ is being
 # refactored (issue 46 item 1), and its engineer removes this exemption. A prefix of module
 # paths relative to the package.
-PENDING_LAZY_REASONS: Tuple[str, ...] = ("training/",)
+PENDING_LAZY_REASONS: Tuple[str, ...] = ()
 LAZY_MARK = "# lazy:"
 
 
