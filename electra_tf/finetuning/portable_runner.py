@@ -26,9 +26,10 @@ TensorFlow trial of the same seed; the metrics agree within seed noise, not digi
 
 Checkpoints (`TrialCheckpoints`): every `save_checkpoints_steps` steps and at a trial's last
 step, `training.portable_checkpoint`'s `ckpt-N.npz` (model with its dropout seed states,
-optimizer) in `<tasks>_checkpoints_<trial>/`, the newest kept; its data_state records the
-hparams that train (`checkpoint_state`) and the loss report in progress. A rerun restores the
-newest intact one (`resume_step`) and continues the same batch order from its step
+optimizer) in `<tasks>_checkpoints_<trial>/`, the newest kept (`runner` removes it once
+results_json records the trial); its data_state records the hparams that train
+(`checkpoint_state`) and the loss report in progress. A rerun restores the newest intact one
+(`resume_step`) and continues the same batch order from its step
 (`shuffled_batches(start=)`), so an interrupted trial ends on the weights and metrics of an
 uninterrupted one; a checkpoint of other hparams is refused in one line naming the first.
 """

@@ -626,6 +626,11 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
             if results["trials"][0]["metrics"]:
                 results["summary"] = summarize(results["trials"])
             _write_results(config, results)  # after every trial (official)
+            if backend != "tensorflow":
+                # results_json now holds the trial, which is all a rerun keeps of it: its
+                # checkpoints (model and optimizer, 3x the weights) would only take disk.
+                for path in portable_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
+                    os.remove(path)
     finally:
         keras.mixed_precision.set_global_policy("float32")
     for line in format_results(results["summary"], config.num_trials):

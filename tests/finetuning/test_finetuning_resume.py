@@ -100,6 +100,8 @@ def test_a_stopped_run_resumes_to_the_weights_and_metrics_of_an_unstopped_one(tm
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert open(os.path.join(stopped, "r.txt")).read() == open(os.path.join(whole, "r.txt")).read()
+    for trial in (1, 2):  # a finished trial's checkpoints go once results_json holds it
+        assert os.listdir(os.path.join(stopped, "models", f"chunk_checkpoints_{trial}")) == []
 
     # A finished run is not resumed: its outputs exist.
     proc = _run_tool(backend, stopped, raw)
