@@ -170,6 +170,13 @@ class PretrainingConfig:
     embedding_size: Optional[int] = None  # None = hidden_size; forced to 128 for small
     vocab_size: int = 30522
     do_lower_case: bool = True  # informational: tokenisation happens in the builder
+    # Speed options (issue 45; docs/benchmarks.md measures them on a GPU). The MLM head projects
+    # onto the vocabulary padded to a multiple of this many rows, the pad masked out (variables
+    # and checkpoints unchanged, losses equal to float32 rounding); 1 = off, 128 for GPUs.
+    vocab_padding_multiple: int = 1
+    # The attention core as keras.ops.dot_product_attention (cuDNN flash attention on a GPU under
+    # JAX); it has no attention dropout, so it needs attention_probs_dropout_prob 0.
+    fused_attention: bool = False
 
     # --- Generator ---
     uniform_generator: bool = False  # sample replacements uniformly (no generator network)

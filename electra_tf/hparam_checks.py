@@ -103,6 +103,7 @@ def validate(config) -> None:
              "untied_generator=false shares the discriminator with the generator: needs electra_objective")
     # Building the model configs validates sizes (head divisibility etc.).
     bert = get_bert_config(config)
+    _validate_speed_options(config, bert, need)
     generator_checks.validate_two_stage_sizes(config, bert, need)
     if config.electra_objective and config.untied_generator:
         get_generator_config(config, bert)
@@ -123,6 +124,18 @@ def _validate_steps_per_execution(config, need) -> None:
         need(getattr(config, key) % k == 0,
              f"steps_per_execution {k} must divide {key} ({getattr(config, key)}): a loop and "
              "a checkpoint end at a call's end")
+
+
+def _validate_speed_options(config, bert: ModelConfig, need) -> None:
+    """`vocab_padding_multiple` and `fused_attention` (issue 45), the latter against the
+    encoders' attention dropout (the generator's is the discriminator's: `get_generator_config`)."""
+    need(1 <= config.vocab_padding_multiple <= MAX_INT32,
+         f"vocab_padding_multiple must be in [1, {MAX_INT32}] (1 = off), got "
+         f"{config.vocab_padding_multiple}")
+    need(not config.fused_attention or bert.attention_probs_dropout_prob == 0.0,
+         f"fused_attention has no dropout on the attention probabilities: it needs "
+         f"model_hparam_overrides.attention_probs_dropout_prob 0, got "
+         f"{bert.attention_probs_dropout_prob} (set it to 0 or drop fused_attention)")
 
 
 def _validate_model_overrides(config, need) -> None:

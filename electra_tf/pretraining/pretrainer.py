@@ -285,7 +285,8 @@ class PretrainingModel(keras.Model):
                 (without them the model builds, but training calls fail).
             vocab_kind: `Vocab.kind` of those tokens ("wordpiece" or "sentencepiece"): how
                 their words are marked (`whole_word.continuation_ids`).
-            **kwargs: more constructor arguments.
+            **kwargs: more constructor arguments (they win over the config's speed options,
+                `vocab_padding_multiple` and `fused_attention`).
         """
         continuation = None
         if masking.strategy_of(config.masking).needs_word_starts and vocab_tokens is not None:
@@ -294,6 +295,10 @@ class PretrainingModel(keras.Model):
             masking=config.masking, mask_prob=config.mask_prob,
             max_predictions_per_seq=config.max_predictions_per_seq,
             mask_with_replacement=config.mask_with_replacement, continuation_ids=continuation))
+        # The speed options (issue 45) are hparams; keyword arguments still override them
+        # (benchmarks/gpu_step.py's --model-variants).
+        kwargs.setdefault("vocab_padding_multiple", config.vocab_padding_multiple)
+        kwargs.setdefault("fused_attention", config.fused_attention)
         bert = get_bert_config(config)
         generator = None
         if config.electra_objective and config.untied_generator and not config.uniform_generator:
