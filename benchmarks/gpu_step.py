@@ -37,7 +37,8 @@ batches, metrics read once per call; `portable_fit.jax_train_function`), their w
 alternating (A, B, A, B), one row per value; the steps per window are a multiple of every k.
 Default: 1 (the step as Keras calls it, one call per step).
 
-`--model-variants default,noattndrop,noattndrop+fused,pad128` (the electra_tf_jax rows): the
+`--model-variants default,noattndrop,noattndrop+fused,pad128` (the electra_tf_jax rows, and the
+electra_tf_jax_trainer rows, where they are the hparams of the same names): the
 model's speed options of issue 45, each variant a model of its own in the same subprocess (with
 every steps-per-execution value), windows alternating, one row each: `pad128` the vocabulary
 padded to a multiple of 128 in the MLM head (`vocab_padding_multiple`, masked: the same
@@ -298,18 +299,28 @@ def worker_electra_tf_jax_trainer(args) -> dict:
                                     **data_shape(base))
         unit = math.lcm(*args.steps_per_execution)
         build = None
-        for k in args.steps_per_execution:
-            start = time.perf_counter()
-            hparams = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
-                       if f.name in ("model_size", "vocab_size", "max_seq_length",
-                                     "train_batch_size", "num_warmup_steps", "mixed_precision",
-                                     "model_hparam_overrides", "embedding_size")}
-            hparams.update(backend="jax", steps_per_execution=k, iterations_per_loop=unit,
-                           save_checkpoints_steps=unit, num_train_steps=10 ** 7,
-                           do_eval=False, do_export=False, keep_checkpoint_max=1)
-            config = PretrainingConfig.create(f"k{k}", data_dir, hparams)
-            trainers[k] = PortableTrainer(config)
-            build = build or time.perf_counter() - start
+        named = args.model_variants != ["default"]
+        for variant in args.model_variants:
+            # The speed options are hparams (config.json's vocab_padding_multiple and
+            # fused_attention), as a user of run_pretraining.py sets them.
+            options, overrides = parse_variant(variant)
+            for k in args.steps_per_execution:
+                start = time.perf_counter()
+                hparams = {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
+                           if f.name in ("model_size", "vocab_size", "max_seq_length",
+                                         "train_batch_size", "num_warmup_steps",
+                                         "mixed_precision", "model_hparam_overrides",
+                                         "embedding_size")}
+                hparams["model_hparam_overrides"] = dict(hparams["model_hparam_overrides"],
+                                                         **overrides)
+                hparams.update(options, backend="jax", steps_per_execution=k,
+                               iterations_per_loop=unit, save_checkpoints_steps=unit,
+                               num_train_steps=10 ** 7, do_eval=False, do_export=False,
+                               keep_checkpoint_max=1)
+                name = f"{variant.replace('+', '_')}_k{k}" if named else f"k{k}"
+                config = PretrainingConfig.create(name, data_dir, hparams)
+                trainers[(variant, k) if named else k] = PortableTrainer(config)
+                build = build or time.perf_counter() - start
 
         def run_window(k, steps):
             scalars = trainers[k]._train_chunk(steps)  # one training loop of `steps` steps
@@ -719,7 +730,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the JAX rows' steps per compiled call, comma-separated: one row "
                              "each, measured in one process, windows alternating. Default: 1")
     parser.add_argument("--model-variants", type=_variant_list, default=["default"],
-                        help="the electra_tf_jax rows' model speed options, comma-separated, "
+                        help="the electra_tf_jax (and _trainer) rows' model speed options, "
+                             "comma-separated, "
                              "each a '+'-joined set of " + ", ".join(VARIANT_TOKENS)
                              + " (one row each, in one process). Default: default")
     parser.add_argument("--min-window", type=float, default=1.0,

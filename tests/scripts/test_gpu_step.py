@@ -125,3 +125,25 @@ def test_tiny_trainer_rows_one_per_steps_per_execution(tmp_path):
     assert report["tiny"] and report["seq_length"] == gpu_step.TINY_SHAPE["max_seq_length"]
     assert "| electra-tf (JAX, run_pretraining), 2 step(s)/call | small | float32 |" in proc.stdout
 
+
+
+@pytest.mark.slow
+def test_tiny_trainer_rows_with_the_speed_options_as_hparams(tmp_path):
+    """--model-variants on the trainer rows: the options reach run_pretraining.py's trainer as
+    the hparams vocab_padding_multiple and fused_attention (issue 45), a row per variant."""
+    backends.require("jax")
+    out = tmp_path / "trainer.json"
+    proc = subprocess.run([sys.executable, os.path.join(fx.REPO_ROOT, "benchmarks", "gpu_step.py"),
+                           "--tiny", "--impl", "electra_tf_jax_trainer", "--no-peak",
+                           "--model-variants", "default,noattndrop+fused+pad128",
+                           "--steps-per-execution", "2", "--steps", "2", "--windows", "1",
+                           "--warmup", "0", "--min-window", "0", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300,
+                          env=fx.subprocess_env(), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["model_variant"], r["steps_per_execution"]) for r in rows] == [
+        ("default", 2), ("noattndrop+fused+pad128", 2)]
+    for row in rows:
+        assert "error" not in row, row.get("error")
+        assert row["sequences_per_second"] > 0 and row["tensorflow_loaded"] is False
