@@ -2,7 +2,7 @@
 `fused_attention` in `PretrainingConfig` (strict: types, ranges, fused attention refused beside
 an attention dropout), saved in config.json (an older config.json without them loads with the
 defaults), and reaching the model both trainers build (`from_pretraining_config`): a few steps
-on TensorFlow (`Trainer`) and on JAX (`PortableTrainer`, TensorFlow unimportable).
+on TensorFlow (`Trainer`) and on JAX and PyTorch (`PortableTrainer`, TensorFlow unimportable).
 """
 
 import json
@@ -124,14 +124,16 @@ def test_a_tensorflow_run_with_both_options(data_dir):
 
 
 @pytest.mark.slow
-def test_a_jax_run_with_both_options(data_dir):
-    backends.require("jax")
+@pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_a_jax_or_torch_run_with_both_options(data_dir, backend):
+    backends.require(backend)
     hparams = fx.tiny_hparams(num_train_steps=STEPS, iterations_per_loop=STEPS,
-                              save_checkpoints_steps=STEPS, backend="jax", **BOTH)
-    out = backends.run_on_backend("jax", f"""
+                              save_checkpoints_steps=STEPS, backend=backend, **BOTH)
+    name = f"{backend}_options"
+    out = backends.run_on_backend(backend, f"""
         from electra_tf.config import PretrainingConfig
         from electra_tf.training.portable_trainer import PortableTrainer
-        config = PretrainingConfig.create("jax_options", {data_dir!r}, {hparams!r})
+        config = PretrainingConfig.create({name!r}, {data_dir!r}, {hparams!r})
         with PortableTrainer(config) as trainer:
             model = trainer.model
             layers = [layer for encoder in (model.discriminator, model.generator)
@@ -144,6 +146,7 @@ def test_a_jax_run_with_both_options(data_dir):
     """)
     assert int(out["padding"]) == 128 and out["fused"].size and out["fused"].all()
     assert int(out["step"]) == STEPS and np.isfinite(out["total_loss"])
-    model_dir = os.path.join(data_dir, "models", "jax_options")
+    model_dir = os.path.join(data_dir, "models", name)
     saved = PretrainingConfig.load(os.path.join(model_dir, "config.json"))
-    assert saved.vocab_padding_multiple == 128 and saved.fused_attention and saved.backend == "jax"
+    assert saved.vocab_padding_multiple == 128 and saved.fused_attention
+    assert saved.backend == backend
