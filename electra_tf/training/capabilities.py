@@ -36,7 +36,7 @@ class Capability(NamedTuple):
 
 CAPABILITIES: Dict[str, Capability] = {
     "max_skipped_nonfinite_steps": Capability(
-        "hparam max_skipped_nonfinite_steps", ("tensorflow",),
+        "hparam max_skipped_nonfinite_steps", ("tensorflow", "jax", "torch"),
         lambda config, _: config.max_skipped_nonfinite_steps != 0),
     "two_stage_generator_dir": Capability(
         "hparam two_stage_generator_dir", ("tensorflow", "jax", "torch"),

@@ -13,7 +13,11 @@ backend-neutral pieces (`step_pieces`) around the backend's own differentiation 
    gradients are summed;
 3. the summed gradient is clipped at global norm 1.0 (official), then the optimizer applies it
    (AdamWeightDecay / Lamb: weight decay, schedule, one step counter tick);
-4. the loss and the official metrics (`PretrainingMetrics`) see the whole batch.
+4. the loss and the official metrics (`PretrainingMetrics`) see the whole batch;
+5. with `compile(skip_nonfinite=True)` (the run's `max_skipped_nonfinite_steps`), a step whose
+   loss or gradient norm is not finite applies no update and no metrics and is counted
+   (`FitState.skipped`), as TensorFlow's `train_step.apply_or_skip`: on JAX inside the compiled
+   step (`jnp.where` of the old and new state, so a scan of k steps skips as k calls would).
 
 So for the same seed, initial weights and batches the losses and weights equal the TensorFlow
 path's up to float rounding (tests/training/test_backends_fit.py). On several devices, shard the
@@ -31,7 +35,8 @@ import keras
 from electra_tf.pretraining import seeds
 from electra_tf.training import optimization
 from electra_tf.training.step_pieces import (CLIP_NORM, FitState, features, merge_outputs,
-                                             micro_batches, train_seed, update_metrics)
+                                             micro_batches, nonfinite, train_seed,
+                                             update_metrics)
 
 # --- JAX -----------------------------------------------------------------------------------------
 def jax_train_step(model, fit: FitState, state, data):
@@ -61,10 +66,27 @@ def jax_train_step(model, fit: FitState, state, data):
         grads = g if grads is None else [a + b for a, b in zip(grads, g)]
         outputs.append(out)
     clipped = optimization.clip_gradients(optimizer, grads, model.trainable_variables, CLIP_NORM)
-    trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, clipped.gradients,
-                                                          trainable)
+    new_trainable, new_optimizer_vars = optimizer.stateless_apply(
+        optimizer_vars, clipped.gradients, trainable)
     merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
-    logs, metrics_vars = _stateless_metrics(model, fit, metrics_vars, merged)
+    logs, new_metrics_vars = _stateless_metrics(model, fit, metrics_vars, merged)
+    if not fit.skip_nonfinite:
+        return logs, (new_trainable, non_trainable, new_optimizer_vars, new_metrics_vars)
+    # A non-finite step keeps the old weights, optimizer (slots, step counter) and metrics,
+    # selected inside the compiled step (the scan's body too), and counts itself; the dropout
+    # seed states move on, as TensorFlow's (the forward pass ran).
+    bad = nonfinite(merged, clipped.global_norm)
+
+    def keep_old(new, old):
+        return [jax.numpy.where(bad, o, n) for n, o in zip(new, old)]
+
+    trainable = keep_old(new_trainable, trainable)
+    optimizer_vars = keep_old(new_optimizer_vars, optimizer_vars)
+    with keras.StatelessScope(state_mapping=list(zip(
+            model.metrics_variables, keep_old(new_metrics_vars, metrics_vars)))) as scope:
+        fit.skipped.update_state(bad)
+        logs = {m.name: m.result() for m in fit.reported}
+        metrics_vars = _current(model.metrics_variables, scope)
     return logs, (trainable, non_trainable, optimizer_vars, metrics_vars)
 
 
@@ -183,8 +205,13 @@ def torch_train_step(model, fit: FitState, data):
              for v in variables]
     with torch.no_grad():
         clipped = optimization.clip_gradients(optimizer, grads, variables, CLIP_NORM)
-        optimizer.apply(clipped.gradients, variables)
         merged = dict(merge_outputs(outputs), grad_norm=clipped.global_norm)
+        # A non-finite step: no update, no metrics, counted (the one read of the device per
+        # step this costs is paid only with skipping on).
+        if fit.skip_nonfinite and bool(nonfinite(merged, clipped.global_norm)):
+            fit.skipped.update_state()
+            return {m.name: m.result() for m in fit.reported}
+        optimizer.apply(clipped.gradients, variables)
         return update_metrics(fit, _detached(merged))
 
 

@@ -27,7 +27,9 @@ hparams and run directory:
    (`portable_support.steps_per_execution`: it divides the loop and the checkpoint interval, so
    they end at a call's end); after each chunk the TensorBoard scalars (TensorBoard's own
    writer: `portable_board`) and the progress line; a checkpoint every
-   `save_checkpoints_steps` and at the end. A non-finite loss stops the run without saving.
+   `save_checkpoints_steps` and at the end. A non-finite loss stops the run without saving;
+   with `max_skipped_nonfinite_steps` such a step is skipped instead (no update, its batch
+   consumed, `skipped_steps` counted) and more than that many in one process stop the run.
    SIGTERM stops it at the end of a call (at most `steps_per_execution` steps after the signal,
    plus the calls already dispatched), saves, and raises `Preempted` (exit status 42).
 3. Evaluate on the held-out split (`eval_results.txt`, `eval/` scalars).
@@ -151,6 +153,7 @@ class PortableTrainer(PretrainingRun):
             self.config, dataset_checks.record_plan(self.dataset_summaries, "train"), self.hosts)
         self.latest: Optional[str] = None
         self.restored_from: Optional[str] = None
+        self.skipped_steps = 0  # non-finite steps skipped in this process (as TensorFlow's)
         # A discriminator stuck at the base rate: warned once (host 0), `disc_collapsed` per loop.
         self.collapse_guard = collapse.CollapseGuard.for_config(self.config,
                                                                 log=self.hosts.writer)
@@ -176,6 +179,7 @@ class PortableTrainer(PretrainingRun):
         self.model.compile(optimizer=self.optimizer,
                            gradient_accumulation_steps=config.gradient_accumulation_steps,
                            disc_auc_include_padding=False,
+                           skip_nonfinite=config.max_skipped_nonfinite_steps > 0,
                            steps_per_execution=self.steps_per_execution)
         self.optimizer.build(self.model.trainable_variables)
 
@@ -306,21 +310,36 @@ class PortableTrainer(PretrainingRun):
             history = self.model.fit(batches(), steps_per_epoch=num_steps, epochs=1, verbose=0,
                                      shuffle=False)
         elapsed = time.time() - t0
-        done = self.step - step
+        fit_state = self.model._fit_state
+        applied = self.step - step
+        # A skipped step consumed its batch without moving the step counter (as TensorFlow's
+        # loop, whose iterator moved past it): the batches trained are the applied steps and
+        # the skipped ones, counted in the compiled step.
+        skipped = int(keras.ops.convert_to_numpy(fit_state.skipped.result()))
+        done = applied + skipped
         # Keras reads ahead of the step it runs: put the reader back after the last trained
         # batch, so the checkpoint's position is the next batch to train on.
         if done < len(states):
             self.reader.restore(states[done])
         if done == 0:
             return {}
-        # As the TensorFlow run's: the chunk's mean of each step's loss terms and gradient norm,
-        # and the official metrics over the chunk (`summaries.chunk_scalars`).
+        limit = self.config.max_skipped_nonfinite_steps
+        if skipped:
+            self.skipped_steps += skipped
+            logger.warning("%d non-finite step(s) among the %d batches after step %d: skipped, "
+                           "no update applied (%d of at most %d skipped)", skipped, done, step,
+                           self.skipped_steps, limit)
+            run_base.check_skipped(self.skipped_steps, limit, self.latest)
+        # As the TensorFlow run's: the chunk's mean of each applied step's loss terms and
+        # gradient norm, and the official metrics over them (`summaries.chunk_scalars`).
         logs = {k: float(v[-1]) for k, v in history.history.items()}
         terms = {"total_loss": logs.pop("loss"),
                  **{k: float(keras.ops.convert_to_numpy(mean.result()))
-                    for k, mean in self.model._fit_state.step_terms.items()}}
-        if not all(math.isfinite(terms[k]) for k in ("total_loss", "masked_lm_loss",
-                                                     "disc_loss")):
+                    for k, mean in fit_state.step_terms.items()}}
+        if applied == 0:  # every step skipped: no mean (TensorFlow's NaN)
+            terms = {k: float("nan") for k in terms}
+        elif not all(math.isfinite(terms[k]) for k in ("total_loss", "masked_lm_loss",
+                                                       "disc_loss")):
             raise TrainingError(
                 f"non-finite loss in steps {step + 1}-{self.step} (loss {terms['total_loss']}):"
                 f" training stopped; the last good checkpoint is {self.latest}. Lower "
@@ -330,7 +349,7 @@ class PortableTrainer(PretrainingRun):
         all_tokens = hosts.gather_ints(self.hosts, [sum(tokens[:done])]).sum()
         scalars = summaries.chunk_scalars(terms, learning_rate, logs, done, elapsed,
                                           self.config.train_batch_size, float(all_tokens))
-        return self._chunk_scalars(scalars)
+        return self._chunk_scalars(scalars, self.skipped_steps if limit else None)
 
     def _stop_callbacks(self) -> list:
         """Stops `evaluate()` after the batch under way on SIGTERM; none under several hosts,

@@ -30,7 +30,7 @@ class ElectraPretrainer(PretrainingModel):
     _fit_state = None  # compile(): the Keras training state (keras_fit / step_pieces.FitState)
 
     def compile(self, optimizer, *, gradient_accumulation_steps: int = 1, jit_compile: bool = False,
-                disc_auc_include_padding: bool = False, **kwargs):
+                disc_auc_include_padding: bool = False, skip_nonfinite: bool = False, **kwargs):
         """Prepares `fit()` / `evaluate()` with the official objective, update and metrics.
 
         Args:
@@ -50,6 +50,10 @@ class ElectraPretrainer(PretrainingModel):
                 runs eagerly (True asks Keras for torch.compile).
             disc_auc_include_padding: bool. The official disc_auc counting padding
                 (`PretrainingMetrics`).
+            skip_nonfinite: bool. JAX / PyTorch: a step whose loss or gradient norm is not
+                finite applies no update and no metrics and is counted (`FitState.skipped`);
+                the pretraining run's `max_skipped_nonfinite_steps`. TensorFlow's `fit()`
+                applies every step (its custom loop skips: `train_step.apply_or_skip`).
             **kwargs: `run_eagerly`, `steps_per_execution`, `auto_scale_loss` for Keras. The
                 loss and metrics are the objective's own: `loss`, `metrics` and the like are
                 refused. `steps_per_execution` k > 1: on JAX the k steps are one compiled call
@@ -70,6 +74,9 @@ class ElectraPretrainer(PretrainingModel):
             raise TypeError(f"ElectraPretrainer.compile: unexpected argument(s) {', '.join(unknown)}")
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
         if keras.backend.backend() == "tensorflow":
+            if skip_nonfinite:
+                raise ValueError("ElectraPretrainer.compile: skip_nonfinite is for the JAX and "
+                                 "PyTorch backends (TensorFlow's trainer loop skips itself)")
             keras_fit = _keras_fit()
             super().compile(optimizer=optimizer, jit_compile=False, **kwargs)
             self._fit_state = keras_fit.compile_state(self, gradient_accumulation_steps,
@@ -83,7 +90,7 @@ class ElectraPretrainer(PretrainingModel):
         super().compile(optimizer=optimizer,
                         jit_compile=jit_compile or keras.backend.backend() == "jax", **kwargs)
         self._fit_state = step_pieces.compile_state(self, gradient_accumulation_steps,
-                                                     disc_auc_include_padding)
+                                                     disc_auc_include_padding, skip_nonfinite)
 
     def train_step(self, *args):
         # TensorFlow and PyTorch: train_step(data); JAX: train_step(state, data).

@@ -1,6 +1,6 @@
 """What every backend's run shares before and beside its loop (`run.PretrainingRun`): the input
-checks made before anything is written, the data-position key, the weights' fingerprint and the
-words of a stop. Free of TensorFlow."""
+checks made before anything is written, the data-position key, the weights' fingerprint, the
+limit of skipped non-finite steps and the words of a stop. Free of TensorFlow."""
 
 from __future__ import annotations
 
@@ -130,3 +130,21 @@ def weights_fingerprint(variables: Iterable) -> str:
         digest.update(f"{value.dtype.str}|{value.shape}|".encode("utf-8"))
         digest.update(np.ascontiguousarray(value).tobytes())
     return digest.hexdigest()
+
+
+def check_skipped(skipped: int, limit: int, last_good: Optional[str]) -> None:
+    """The limit of `max_skipped_nonfinite_steps`, the same on every backend.
+
+    Args:
+        skipped: int. Non-finite steps skipped in this process.
+        limit: int. `max_skipped_nonfinite_steps`.
+        last_good: str. The latest checkpoint, named in the error.
+
+    Raises:
+        TrainingError: more than `limit` steps skipped (nothing is saved then).
+    """
+    if skipped > limit:
+        raise TrainingError(
+            f"{skipped} non-finite steps skipped, more than max_skipped_nonfinite_steps={limit}: "
+            f"the run has diverged. Training stopped without saving; the last good checkpoint is "
+            f"{last_good}")

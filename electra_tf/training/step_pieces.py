@@ -9,7 +9,8 @@ PyTorch steps (`portable_fit`) are written from the pieces below, and the Tensor
 - `micro_batches`: with gradient accumulation, the whole batch masked once and split, with the
   loss denominators of the whole step;
 - `merge_outputs`: one step's outputs from its micro-batches';
-- `update_metrics`: the loss, the step terms and the official metrics of one step.
+- `update_metrics`: the loss, the step terms and the official metrics of one step;
+- `nonfinite`: whether a step is skipped (`max_skipped_nonfinite_steps`), as TensorFlow's.
 
 Nothing here imports a backend: `keras.ops` only.
 """
@@ -40,8 +41,8 @@ class _Counter(keras.metrics.Metric):
         self.count = self.add_variable(shape=(), initializer="zeros", dtype="int32",
                                        name="count")
 
-    def update_state(self):
-        self.count.assign(self.count + 1)
+    def update_state(self, increment=1):
+        self.count.assign(self.count + ops.cast(increment, "int32"))
 
     def result(self):
         return self.count.value
@@ -56,12 +57,18 @@ class FitState:
         loss: keras.metrics.Mean, the total loss per step.
         eval_batches: the index of the next evaluation batch (its seed).
         accumulation_steps: int k.
+        skip_nonfinite: bool. A step whose loss or gradient norm is not finite changes neither
+            the weights, the optimizer (slots, step counter) nor the metrics; it is counted in
+            `skipped` (the run's `max_skipped_nonfinite_steps` > 0).
+        skipped: the steps skipped since the metrics' last reset (one `fit()` call).
     """
 
     metrics: PretrainingMetrics
     loss: keras.metrics.Mean
     eval_batches: _Counter
     accumulation_steps: int
+    skip_nonfinite: bool = False
+    skipped: _Counter = dataclasses.field(default_factory=lambda: _Counter("skipped_steps"))
     # Means of the step's loss terms and pre-clip gradient norm, never reported by fit() (the
     # official metrics of the same names are per-slot / per-sequence means): what the trainer
     # logs as the TensorFlow trainer's per-step `masked_lm_loss`, `disc_loss`, `grad_norm`.
@@ -71,7 +78,7 @@ class FitState:
     @property
     def all_metrics(self) -> List[keras.metrics.Metric]:
         return ([self.loss] + list(self.metrics.metrics) + [self.eval_batches]
-                + list(self.step_terms.values()))
+                + list(self.step_terms.values()) + [self.skipped])
 
     @property
     def reported(self) -> List[keras.metrics.Metric]:
@@ -100,12 +107,13 @@ def build_for_fit(model, disc_auc_include_padding: bool) -> PretrainingMetrics:
                               disc_weight=model.disc_weight)
 
 
-def compile_state(model, gradient_accumulation_steps: int,
-                  disc_auc_include_padding: bool) -> FitState:
+def compile_state(model, gradient_accumulation_steps: int, disc_auc_include_padding: bool,
+                  skip_nonfinite: bool = False) -> FitState:
     """Builds the model, its optimizer and the metrics of `fit()` / `evaluate()`."""
     check_accumulation_steps(gradient_accumulation_steps)
     return FitState(build_for_fit(model, disc_auc_include_padding),
-                    keras.metrics.Mean(name="loss"), _Counter(), gradient_accumulation_steps)
+                    keras.metrics.Mean(name="loss"), _Counter(), gradient_accumulation_steps,
+                    skip_nonfinite)
 
 
 # --- The step's pieces, the same on every backend ----------------------------------------------
@@ -153,3 +161,11 @@ def update_metrics(state: FitState, outputs: Dict) -> Dict:
             mean.update_state(outputs[key])
     state.metrics.update_state(outputs["metric_inputs"])
     return {m.name: m.result() for m in state.reported}
+
+
+def nonfinite(outputs: Dict, grad_norm):
+    """Whether a step is skipped: a non-finite loss or gradient norm (the clipped update would
+    be NaN even when the loss is finite), as TensorFlow's `train_step.diverged` without loss
+    scaling (these backends do not scale the loss). Returns a bool scalar tensor."""
+    return ops.logical_not(ops.logical_and(ops.all(ops.isfinite(outputs["total_loss"])),
+                                           ops.all(ops.isfinite(grad_norm))))

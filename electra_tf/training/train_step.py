@@ -27,7 +27,7 @@ import tensorflow as tf
 from electra_tf.errors import TrainingError
 from electra_tf.modeling import rng
 from electra_tf.pretraining import seeds
-from electra_tf.training import accumulation, optimization
+from electra_tf.training import accumulation, optimization, run_base
 
 logger = logging.getLogger("electra_tf")
 
@@ -290,11 +290,7 @@ def check_history(history: Dict[str, np.ndarray], first_step: int, skipped: int,
         TrainingError: more than `limit` steps skipped, or the last step's loss (or gradient
             norm) is not finite and it was not skipped.
     """
-    if skipped > limit:
-        raise TrainingError(
-            f"{skipped} non-finite steps skipped, more than max_skipped_nonfinite_steps={limit}: "
-            f"the run has diverged. Training stopped without saving; the last good checkpoint is "
-            f"{last_good}")
+    run_base.check_skipped(skipped, limit, last_good)
     if history["skipped"].size and history["skipped"][-1]:
         return  # skipped, not applied
     names = list(LOSS_KEYS) + ([] if loss_scaled else ["grad_norm"])

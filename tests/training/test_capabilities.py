@@ -25,6 +25,10 @@ EXERCISED = {
     ("max_skipped_nonfinite_steps", "tensorflow"):
         "tests.training.test_reliability_nonfinite::"
         "test_poisoned_batch_is_skipped_without_touching_weights_or_optimizer",
+    ("max_skipped_nonfinite_steps", "jax"):
+        "tests.training.test_reliability_nonfinite::test_portable_backends_skip_a_poisoned_batch",
+    ("max_skipped_nonfinite_steps", "torch"):
+        "tests.training.test_reliability_nonfinite::test_portable_backends_skip_a_poisoned_batch",
     ("two_stage_generator_dir", "tensorflow"):
         "tests.training.test_two_stage::"
         "test_stage2_starts_from_stage1_freezes_the_generator_and_trains_the_discriminator",

@@ -211,7 +211,6 @@ def test_several_steps_per_call_stop_at_a_call_end_and_end_on_the_same_weights(
                                           "join the other hosts (coordinator_address"),
     ("jax", {"strategy": "tpu"}, "strategy='tpu' with --backend jax, but JAX sees no TPU"),
     ("jax", {"mixed_precision": "mixed_float16"}, "mixed_precision mixed_float16"),
-    ("jax", {"max_skipped_nonfinite_steps": 2}, "hparam max_skipped_nonfinite_steps"),
 ])
 def test_unsupported_combinations_are_one_line_errors(data_dir, backend, hparams, flag):
     backends.require(backend)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from electra_tf.data import pipeline
 from electra_tf.hparams import ConfigError
 from electra_tf.training import trainer as trainer_lib
+from tests import backends
 from tests import pretraining_fixtures as fx
 
 MASK_ID = 4  # fx.vocab_tokens(): [PAD] [UNK] [CLS] [SEP] [MASK]
@@ -150,3 +151,143 @@ def test_two_replicas_agree_to_skip_a_batch_poisoned_on_one_replica(data_dir, mi
     clean.train(stop_at_step=6)  # 5 updates: steps 0, 1, then 3 more after the dropped batch
     for a, b in zip(_snapshot(clean), _snapshot(trainer)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+# --- JAX and PyTorch ---------------------------------------------------------------------------
+# The same poison in a child process on the other backend: the model's `call` turns the losses of
+# a batch whose row 0 is all [MASK] into NaN, and the trainer's reader marks the batches at the
+# given positions of its data order (by their content, so Keras' read-ahead and the reader's
+# put-back after a chunk do not matter).
+_PORTABLE_POISON = f"""
+import json
+import numpy as np
+from keras import ops
+from electra_tf.config import PretrainingConfig
+from electra_tf.errors import TrainingError
+from electra_tf.training import portable_checkpoint, portable_trainer
+from electra_tf.training.pretrainer import ElectraPretrainer
+
+MASK_ID = {MASK_ID}
+_call = ElectraPretrainer.call
+
+# The signature is call's own: Keras reads it (whether to pass `training`) when a model is built.
+def _poisoned_call(self, inputs, seed=None, training=None, example_offset=None,
+                   loss_denominators=None):
+    outputs = dict(_call(self, inputs, seed=seed, training=training,
+                         example_offset=example_offset, loss_denominators=loss_denominators))
+    hit = ops.all(ops.equal(inputs["input_ids"][0], MASK_ID))
+    factor = ops.where(hit, float("nan"), 1.0)
+    for key in ("total_loss", "disc_loss"):
+        outputs[key] = outputs[key] * factor
+    return outputs
+
+ElectraPretrainer.call = _poisoned_call
+
+
+class Poisoned:
+    '''The trainer's reader; the batches equal to `targets` get row 0 all [MASK].'''
+
+    def __init__(self, reader, targets):
+        self.reader, self.targets = reader, targets
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.reader)
+        if any(np.array_equal(batch["input_ids"], t) for t in self.targets):
+            ids = batch["input_ids"].copy()
+            ids[0] = MASK_ID
+            batch = dict(batch, input_ids=ids)
+        return batch
+
+    def state(self):
+        return self.reader.state()
+
+    def restore(self, state):
+        self.reader.restore(state)
+
+    def close(self):
+        self.reader.close()
+
+
+def poisoned_trainer(config_json, positions):
+    trainer = portable_trainer.PortableTrainer(PretrainingConfig.from_dict(json.loads(config_json)))
+    reference = trainer._train_reader(trainer.config.seed)
+    batches = [next(reference)["input_ids"] for _ in range(max(positions, default=-1) + 1)]
+    reference.close()
+    trainer.reader = Poisoned(trainer.reader, [batches[i] for i in positions])
+    return trainer
+
+
+def snapshot(trainer):
+    return ([np.array(v.numpy()) for v in trainer.model.trainable_variables]
+            + [np.array(v.numpy()) for v in trainer.optimizer.variables])
+"""
+
+
+@pytest.mark.slow  # three tiny runs in a child per backend: ~40 s on 2 loaded cores
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_portable_backends_skip_a_poisoned_batch(data_dir, backend):
+    """As the TensorFlow test above, on JAX (the skip decided inside the compiled step, here a
+    scan of 2 steps per call: `steps_per_execution`) and PyTorch: the skipped step leaves the
+    weights, the optimizer and its step counter as a run that never saw the batch; the data
+    position (the checkpoint's too) is past the batch; `skipped_steps` counts it; one more bad
+    batch than allowed stops the run with TensorFlow's error, naming the last checkpoint."""
+    backends.require(backend)
+
+    def config(name, **overrides):
+        return fx.tiny_config(data_dir, f"{name}_{backend}", backend=backend,
+                              **dict(dict(num_train_steps=6, iterations_per_loop=2,
+                                          save_checkpoints_steps=2, max_skipped_nonfinite_steps=1,
+                                          do_eval=False, do_export=False,
+                                          model_hparam_overrides=fx.NO_DROPOUT), **overrides))
+
+    skip, clean, many = config("skip_one"), config("skip_ref"), config("skip_many",
+                                                                       num_train_steps=8)
+    out = backends.run_on_backend(backend, _PORTABLE_POISON + f"""
+trainer = poisoned_trainer({skip.to_json()!r}, [2])
+out["spe"] = np.array(trainer.steps_per_execution)
+trainer.train(stop_at_step=2)
+at_2 = snapshot(trainer)
+trainer.train(stop_at_step=4)  # batch 2 skipped, batch 3 applied (one call), then batch 4
+out["step_after_skip"] = np.array(trainer.step)
+out["skipped"] = np.array(trainer.skipped_steps)
+trainer.train()
+out["step"] = np.array(trainer.step)
+out["finite"] = np.array(all(np.isfinite(a).all() for a in snapshot(trainer)))
+
+# The same run (skipping on, nothing poisoned) over the same batches but the skipped one.
+reference = poisoned_trainer({clean.to_json()!r}, [])
+reference.train(stop_at_step=2)
+out["same_at_2"] = np.array(all(np.array_equal(a, b) for a, b in zip(at_2, snapshot(reference))))
+next(reference.reader)  # drop the batch the first run skipped
+reference.train()
+out["same_at_6"] = np.array(all(np.array_equal(a, b)
+                                for a, b in zip(snapshot(trainer), snapshot(reference))))
+out["same_position"] = np.array(trainer.reader.state() == reference.reader.state())
+saved = portable_checkpoint.read_meta(trainer.latest)["data_state"]
+out["saved_position"] = np.array(saved == reference.reader.state())
+trainer.close()
+reference.close()
+
+too_many = poisoned_trainer({many.to_json()!r}, [2, 3])
+try:
+    too_many.train()
+    out["error"] = ""
+except TrainingError as e:
+    out["error"] = str(e)
+out["latest"] = np.array(str(portable_checkpoint.latest_good(too_many.config.model_dir)))
+too_many.close()
+""")
+    assert int(out["spe"]) == (2 if backend == "jax" else 1)
+    assert int(out["step_after_skip"]) == 4 and int(out["skipped"]) == 1
+    assert int(out["step"]) == 6 and bool(out["finite"])
+    assert bool(out["same_at_2"]) and bool(out["same_at_6"])
+    assert bool(out["same_position"]) and bool(out["saved_position"])
+    counts = fx.read_scalars(skip.model_dir, ["skipped_steps"])["skipped_steps"]
+    assert counts[2] == 0.0 and counts[4] == 1.0 and counts[6] == 1.0, counts
+    error = str(out["error"])
+    assert error.startswith("2 non-finite steps skipped, more than "
+                            "max_skipped_nonfinite_steps=1: the run has diverged"), error
+    assert error.endswith("ckpt-2.npz") and str(out["latest"]).endswith("ckpt-2.npz"), error
