@@ -18,7 +18,10 @@
 #   4 trainer_small_128  gpu_step.py electra_tf_jax_trainer (run_pretraining.py --backend jax's
 #                        trainer) small bf16 batch 128, 16 steps per call (target >= 12,000 seq/s)
 #   5 trainer_small_512  the same at batch 512 (target >= 20,000 seq/s)
-#   6 profile_base_options  the base profile with noattndrop+fused+pad128
+#   6 trainer_small_options  the trainer rows of 4 with --model-variants
+#                        noattndrop,noattndrop+fused+pad128 (the hparams attention dropout 0,
+#                        fused_attention and vocab_padding_multiple 128, as a user sets them)
+#   7 profile_base_options  the base profile with noattndrop+fused+pad128
 #
 #   bash benchmarks/gpu_session.sh --dry-run   # CPU: the same phases on gpu_step.py's --tiny
 #                                              # model, batch 8, a few steps (tests/scripts)
@@ -106,6 +109,9 @@ phase trainer_small_128 80 "${STEP[@]}" --impl electra_tf_jax_trainer "${SIZE_SM
 phase trainer_small_512 90 "${STEP[@]}" --impl electra_tf_jax_trainer "${SIZE_SMALL[@]}" \
   --no-peak --steps-per-execution "$SPE" --batch "$BATCH_BIG" \
   --out "$WORK/trainer_small_512.json"
+phase trainer_small_options 130 "${STEP[@]}" --impl electra_tf_jax_trainer "${SIZE_SMALL[@]}" \
+  --no-peak --steps-per-execution "$SPE" --model-variants noattndrop,noattndrop+fused+pad128 \
+  --out "$WORK/trainer_small_options.json"
 phase profile_base_options 130 "${PROFILE[@]}" "${SIZE_BASE[@]}" "${BASE_STEPS[@]}" \
   --model-variant noattndrop+fused+pad128 --out-dir "$WORK/profile_base_options"
 

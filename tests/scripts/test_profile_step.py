@@ -132,8 +132,9 @@ def test_gpu_session_dry_run_on_cpu(tmp_path):
         names = set(tar.getnames())
         log = tar.extractfile("gpu_session/session.log").read().decode()
         options = json.load(tar.extractfile("gpu_session/base_options.json"))
+        trainer_options = json.load(tar.extractfile("gpu_session/trainer_small_options.json"))
     phases = ("profile_small", "profile_base", "base_options", "trainer_small_128",
-              "trainer_small_512", "profile_base_options")
+              "trainer_small_512", "trainer_small_options", "profile_base_options")
     for phase in phases:
         assert f"{phase}: exit 0" in log, log
     for profile in ("profile_small", "profile_base", "profile_base_options"):
@@ -143,5 +144,11 @@ def test_gpu_session_dry_run_on_cpu(tmp_path):
     assert [r.get("model_variant") for r in options["results"]] == [
         "noattndrop", "noattndrop+fused+pad128"]
     assert all("sequences_per_second" in r for r in options["results"])
+    # The trainer rows with the speed options as hparams (vocab_padding_multiple,
+    # fused_attention), a row each.
+    assert [(r["implementation"], r.get("model_variant")) for r in trainer_options["results"]] \
+        == [("electra_tf_jax_trainer", "noattndrop"),
+            ("electra_tf_jax_trainer", "noattndrop+fused+pad128")]
+    assert all("sequences_per_second" in r for r in trainer_options["results"])
     assert "gpu_session/info.txt" in names
     assert os.path.exists(tmp_path / "gpu_session_traces.tar.gz")
