@@ -246,3 +246,38 @@ def test_the_tool_fine_tunes_ner_and_pos_on_jax_with_the_tensorflow_runners_file
     for name, lines in jax_files.items():
         assert [line.split("\t")[:2] for line in lines] == [
             line.split("\t")[:2] for line in tf_files[name]]  # words and gold tags
+
+
+_COMPILED_STEP = """
+import json
+import jax
+import keras
+from electra_tf.finetuning import portable_runner, runner
+from electra_tf.finetuning.config import FinetuningConfig
+from electra_tf.finetuning.model import FinetuningModel
+
+model = FinetuningModel(json.loads(str(inp["encoder"])), json.loads(str(inp["tasks"])))
+config = FinetuningConfig.create("m", str(inp["data_dir"]), json.loads(str(inp["hparams"])))
+optimizer = runner.make_optimizer(model, config, 10)
+batch = {k[len("t:"):]: v for k, v in inp.items() if k.startswith("t:")}
+portable_runner._build(model, batch)
+steps = portable_runner._JaxSteps(model, optimizer, [t["name"] for t in json.loads(str(inp["tasks"]))])
+plain = jax.jit(steps._step.__wrapped__, donate_argnums=0)
+out["step"] = np.array(steps._step.lower(steps.state, batch).compile().as_text())
+out["plain"] = np.array(plain.lower(steps.state, batch).compile().as_text())
+"""
+
+
+@pytest.mark.slow
+def test_the_jax_step_compiles_without_ynnpack_fusions_on_cpu(tmp_path):
+    """XLA:CPU's YNNPACK fusions cost the fine-tuning step ~13% more CPU time here
+    (docs/finetuning.md, "Where the JAX step's time goes"): the runner's step is compiled
+    without them, where a plain jit of the same function has them."""
+    backends.require("jax")
+    table = _table(np.random.default_rng(0))
+    inputs = {"encoder": np.array(json.dumps(ENCODER)), "tasks": np.array(json.dumps(TASKS)),
+              "hparams": np.array(json.dumps(HPARAMS)), "data_dir": np.array(str(tmp_path)),
+              **{f"t:{k}": v[:BATCH] for k, v in table.items()}}
+    out = backends.run_on_backend("jax", _COMPILED_STEP, inputs)
+    assert "ynn_fusion" in str(out["plain"])
+    assert "ynn_fusion" not in str(out["step"])
