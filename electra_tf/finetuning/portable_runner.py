@@ -36,6 +36,7 @@ uninterrupted one; a checkpoint of other hparams is refused in one line naming t
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -300,13 +301,14 @@ class _TorchSteps:
 
 
 def cpu_compiler_options() -> Optional[Dict[str, str]]:
-    """XLA options for the jitted training step: on XLA:CPU, YNNPACK fusions off; elsewhere
-    none.
+    """XLA options for the jitted training step and prediction: on XLA:CPU, YNNPACK fusions
+    off; elsewhere none.
 
     jaxlib 0.10's XLA:CPU hands dots and element-wise chains to YNNPACK ("ynn_fusion" in the
     compiled HLO). On a 2-core AVX2 EPYC the tiny BBC News model's step (batch 32, sequence
     128) took 85-89 ms of CPU time without them against 94-100 ms with them, in one process,
-    alternating (docs/finetuning.md, "Measured"); the losses stay within the backends' rtol.
+    alternating, and the eval forward 16.6-17.3 against 18.0-20.5 ms (docs/finetuning.md,
+    "Measured"); the losses stay within the backends' rtol.
     """
     import jax
 
@@ -351,7 +353,7 @@ def _jax_forward(model: FinetuningModel, task_name: str) -> Callable:
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
 
-    @jax.jit
+    @functools.partial(jax.jit, compiler_options=cpu_compiler_options())
     def forward(trainable, non_trainable, batch):
         with keras.StatelessScope(state_mapping=list(zip(
                 model.trainable_variables + model.non_trainable_variables,
