@@ -226,7 +226,7 @@ def snapshot(trainer):
 """
 
 
-@pytest.mark.slow  # three tiny runs in a child per backend: ~40 s on 2 loaded cores
+@pytest.mark.slow  # three tiny runs in a child per backend: 95-115 s on 2 loaded cores
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_portable_backends_skip_a_poisoned_batch(data_dir, backend):
     """As the TensorFlow test above, on JAX (the skip decided inside the compiled step, here a
