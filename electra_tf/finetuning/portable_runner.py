@@ -305,8 +305,9 @@ def cpu_compiler_options() -> Optional[Dict[str, str]]:
     off; elsewhere none.
 
     jaxlib 0.10's XLA:CPU hands dots and element-wise chains to YNNPACK ("ynn_fusion" in the
-    compiled HLO). On a 2-core AVX2 EPYC the tiny BBC News model's step (batch 32, sequence
-    128) took 85-89 ms of CPU time without them against 94-100 ms with them, in one process,
+    compiled HLO). On a 2-core AMD EPYC Zen 4 (AVX-512 with AVX512_BF16, no AMX) the tiny BBC
+    News model's step (batch 32, sequence 128) took 85-89 ms of CPU time without them against
+    94-100 ms with them, in one process,
     alternating, and the eval forward 16.6-17.3 against 18.0-20.5 ms (docs/finetuning.md,
     "Measured"); the losses stay within the backends' rtol.
     """
