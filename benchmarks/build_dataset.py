@@ -12,7 +12,7 @@ Sections (each can be chosen with --sections):
   --tokenizers tensorflow,tokenizers each build is also run with the TensorFlow-free tokenizer
   (issue 48: no TensorFlow is loaded by such a build), checked byte-identical to the other.
 * `mixing`: on the 1x corpus and at the largest scale, the training pipeline's batches (2,000 batches of 32, the
-  trainer's seed 0) against random draws (`electra_tf.data.mixing`): source = which default-corpus
+  trainer's seed 0) against random draws (`electra_tf.data.records.mixing`): source = which default-corpus
   source (austen, foldoc, lee, wiki) the example's file is a copy of; position = the example's
   place in corpus order. Examples are traced through a twin dataset: the same shard names and
   record counts, each record holding the example's corpus position (the pipeline's order depends
@@ -49,16 +49,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from electra_tf.data.corpus import ReadStats, iter_line_batches, list_corpus_files  # noqa: E402
-from electra_tf.data.formats import (InputSettings, iter_document_lines,  # noqa: E402
-                                     iter_documents)
+from electra_tf.data.text.corpus import (ReadStats, iter_line_batches,  # noqa: E402
+                                         list_corpus_files)
+from electra_tf.data.text.formats import (InputSettings, iter_document_lines,  # noqa: E402
+                                          iter_documents)
 
 SOURCES = ("austen", "foldoc", "lee", "wiki")  # the default corpus' file prefixes
 _BUILD_DRIVER = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
-from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.builder import build_dataset
+from electra_tf.data.build.build_config import BuildConfig
+from electra_tf.data.build.builder import build_dataset
 start = time.perf_counter()
 manifest = build_dataset(BuildConfig(**json.loads(sys.argv[1])))
 seconds = time.perf_counter() - start
@@ -245,7 +246,7 @@ def output_order(output_dir, manifest, split="train"):
     recomputed from inputs.jsonl and the shuffle keys; checks the manifest's shard counts."""
     import numpy as np
 
-    from electra_tf.data import shuffle
+    from electra_tf.data.build import shuffle
 
     inputs = [json.loads(line) for line in open(os.path.join(output_dir, "inputs.jsonl"))]
     seed = manifest["seed"]
@@ -271,8 +272,8 @@ def write_twin(output_dir, manifest, twin_dir, values):
     """Shards with the same names and record counts; record r holds values[r] as input_ids[1]."""
     import tensorflow as tf
 
-    from electra_tf.data.example_builder import PackedExample
-    from electra_tf.data.tfrecord_io import ExampleSerializer
+    from electra_tf.data.build.example_builder import PackedExample
+    from electra_tf.data.records.tfrecord_io import ExampleSerializer
 
     os.makedirs(twin_dir)
     serializer = ExampleSerializer(4, 0, 1)
@@ -290,7 +291,7 @@ def write_twin(output_dir, manifest, twin_dir, values):
 def bench_mixing(output_dir, manifest, workdir, num_batches, label):
     import numpy as np
 
-    from electra_tf.data import mixing, pipeline
+    from electra_tf.data.records import mixing, pipeline
 
     inputs, files, indices = output_order(output_dir, manifest)
     counts = np.array([e["examples"]["train"] for e in inputs])
@@ -321,7 +322,7 @@ def check_twin_order(output_dir, manifest, workdir, num_batches=20):
     import numpy as np
     import tensorflow as tf
 
-    from electra_tf.data import pipeline
+    from electra_tf.data.records import pipeline
 
     records = [r.numpy() for s in manifest["splits"]["train"]["shards"]
                for r in tf.data.TFRecordDataset(os.path.join(output_dir, s["file"]))]
@@ -332,7 +333,7 @@ def check_twin_order(output_dir, manifest, workdir, num_batches=20):
                                  batch_size=32, max_seq_length=length, is_training=True, seed=0)
     fake = pipeline.make_dataset(os.path.join(twin, "pretrain_data.tfrecord*"), batch_size=32,
                                  max_seq_length=4, is_training=True, seed=0)
-    from electra_tf.data.tfrecord_io import parse_example
+    from electra_tf.data.records.tfrecord_io import parse_example
 
     for a, b in zip(real.take(num_batches), fake.take(num_batches)):
         expected = parse_example(tf.constant([records[i] for i in b["input_ids"][:, 1].numpy()]),
@@ -347,7 +348,7 @@ def check_twin_order(output_dir, manifest, workdir, num_batches=20):
 # The input pipeline at scale
 # ------------------------------------------------------------------------------------------------
 def bench_pipeline(output_dir, manifest, vocab_file, steady_batches):
-    from electra_tf.data import integrity, pipeline
+    from electra_tf.data.records import integrity, pipeline
     from electra_tf.vocab import load_vocab
 
     vocab = load_vocab(vocab_file)

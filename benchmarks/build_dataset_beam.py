@@ -35,8 +35,8 @@ import json, resource, sys, time
 sys.path.insert(0, {root!r})
 config = json.loads(sys.argv[1])
 args = config.pop("beam_args")
-from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.beam_build import build_dataset_beam
+from electra_tf.data.build.build_config import BuildConfig
+from electra_tf.data.build.beam_build import build_dataset_beam
 start = time.perf_counter()
 manifest = build_dataset_beam(BuildConfig(**config), "DirectRunner", args)
 seconds = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Benchmark: the ELECTRA pretraining step on one GPU, electra-tf on JAX vs Hugging Face's PyTorch.
 
-For ELECTRA-small and ELECTRA-base as electra-tf builds them (electra_tf/config.py presets and
-electra_tf/model_config.py sizes: small = discriminator 256 x 12 layers, embeddings 128, generator
+For ELECTRA-small and ELECTRA-base as electra-tf builds them (electra_tf/config/pretraining_config.py presets and
+electra_tf/config/model_config.py sizes: small = discriminator 256 x 12 layers, embeddings 128, generator
 1/4 width; base = 768 x 12, embeddings 768, generator 1/3 width; vocab 30522), batch 128, sequence 128, 19 masked slots per
 sequence, in mixed_bfloat16 and float32, it reports sequences/s, ms/step, MFU and peak device
 memory of:
@@ -161,7 +161,7 @@ def data_shape(config) -> dict:
 
 def model_flops(config, batch: int) -> float:
     """Model FLOPs of one training step of `config` (pretrain_step.step_flops for any size)."""
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
 
     disc = get_bert_config(config)
     gen = get_generator_config(config, disc)
@@ -285,7 +285,7 @@ def worker_electra_tf_jax_trainer(args) -> dict:
     import jax
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training.portable_trainer import PortableTrainer
+    from electra_tf.training.portable.trainer import PortableTrainer
 
     if args.fp32_precision == "highest":
         jax.config.update("jax_default_matmul_precision", "highest")

@@ -1,6 +1,6 @@
 """Memory left behind per pretraining run in one process, with and without graph_leaks.
 
-Runs `electra_tf.training.trainer.run` several times in one process (a sweep, a notebook, a test
+Runs `electra_tf.training.tf.trainer.run` several times in one process (a sweep, a notebook, a test
 suite do this), each a fresh run directory, and prints the resident set after each run once the
 run's objects are dropped and collected. Two processes: one as the library runs, one where
 `graph_leaks.custom_gradients_released` is replaced by a block that releases nothing, which is
@@ -40,8 +40,8 @@ def measure(args) -> list:
     import gc
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training import graph_leaks
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import graph_leaks
+    from electra_tf.training.tf import trainer as trainer_lib
 
     if not args.release:
         graph_leaks.custom_gradients_released = contextlib.nullcontext

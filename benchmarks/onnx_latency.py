@@ -66,7 +66,7 @@ def build_export(work: str, model_size: str, vocab_size: int, seq_length: int,
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.training.pretrainer import ElectraPretrainer
-    from electra_tf.training import export as pretraining_export
+    from electra_tf.training.tf import export as pretraining_export
     from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 
     vocab_path = os.path.join(work, "vocab.txt")

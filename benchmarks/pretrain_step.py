@@ -153,9 +153,9 @@ def write_dataset(data_dir, num_shards=4, examples_per_shard=1024, seed=0,
     without TensorFlow: `record_framing.RecordWriter` writes what `tf.io.TFRecordWriter` does)."""
     import numpy as np
 
-    from electra_tf.data import tfrecord_io
-    from electra_tf.data.record_framing import RecordWriter
-    from electra_tf.data.example_builder import PackedExample
+    from electra_tf.data.records import tfrecord_io
+    from electra_tf.data.records.record_framing import RecordWriter
+    from electra_tf.data.build.example_builder import PackedExample
     from electra_tf.vocab import file_sha256
 
     vocab_path = os.path.join(data_dir, "vocab.txt")
@@ -258,8 +258,8 @@ def worker_electra_tf(args):
 
     from electra_tf.config import PretrainingConfig
     from electra_tf.modeling import kernel_settings
-    from electra_tf.training import train_step
-    from electra_tf.training.trainer import Trainer
+    from electra_tf.training.tf import train_step
+    from electra_tf.training.tf.trainer import Trainer
 
     model_dir = tempfile.mkdtemp(prefix="electra_tf_bench_model_")
     hparams = {

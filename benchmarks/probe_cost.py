@@ -36,7 +36,7 @@ DOCUMENTED_EVERY = 1000
 def run_once(args, model_dir: str, probe: dict = None) -> dict:
     from electra_tf.config import PretrainingConfig
     from electra_tf.finetuning import probe as probe_lib
-    from electra_tf.training import trainer
+    from electra_tf.training.tf import trainer
 
     hparams = {"num_train_steps": args.steps, "num_warmup_steps": 10,
                "train_batch_size": args.batch_size, "iterations_per_loop": args.every,

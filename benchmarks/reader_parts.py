@@ -39,8 +39,8 @@ sys.path.insert(0, REPO_ROOT)
 import numpy as np  # noqa: E402
 
 from benchmarks.cli_types import positive_int  # noqa: E402
-from electra_tf.data import example_decoding, record_crc, record_reader  # noqa: E402
-from electra_tf.data.tfrecord_io import FEATURE_NAMES, ExampleSerializer  # noqa: E402
+from electra_tf.data.records import example_decoding, record_crc, record_reader  # noqa: E402
+from electra_tf.data.records.tfrecord_io import FEATURE_NAMES, ExampleSerializer  # noqa: E402
 
 VOCAB_SIZE = 30522
 FIRST_WORD_ID = 999  # BERT's vocab: [unused*] and specials below

@@ -102,7 +102,7 @@ class TorchElectra:
         encoder sizes electra-tf derives (size preset, overrides, generator fractions), its
         vocabulary, masking, loss weight and schedule. `kwargs` (dtype, seed, compile, device,
         ...) go to the constructor and win."""
-        from electra_tf.model_config import get_bert_config, get_generator_config
+        from electra_tf.config.model_config import get_bert_config, get_generator_config
 
         encoders = [get_bert_config(config)]
         encoders.append(get_generator_config(config, encoders[0]))

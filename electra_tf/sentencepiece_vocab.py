@@ -7,7 +7,7 @@ its control / unknown / byte pieces. `vocab.load_vocab` reads a model into a `Vo
 as the tokens, BERT's five specials looked up once: see vocab.py).
 
 Only `sentencepiece` (the Python package) reads the file; tokenisation itself is
-tensorflow-text's in-graph op (`electra_tf.data.spm_tokenization`), or, in a dataset build
+tensorflow-text's in-graph op (`electra_tf.data.text.spm_tokenization`), or, in a dataset build
 without TensorFlow, the `sentencepiece` package's processor (`data.portable_tokenization`).
 """
 

@@ -210,7 +210,7 @@ def checkpoint_steps(settings: Settings, steps: int) -> List[int]:
 def pretrain(data_dir: str, name: str, hparams: dict, stops: List[int]) -> dict:
     """Trains run `name` to each step in `stops` (a checkpoint at each), resuming if possible."""
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training.trainer import Trainer
+    from electra_tf.training.tf.trainer import Trainer
 
     config = PretrainingConfig.create(name, data_dir, hparams)
     trainer = Trainer(config)
@@ -413,7 +413,7 @@ def plot_probe(probes: Dict[str, List[dict]], path: str) -> Optional[str]:
 # The experiment
 # ------------------------------------------------------------------------------------------------
 def prepare_data(work_dir: str, settings: Settings) -> Dict[str, str]:
-    from electra_tf.data import build_config, builder
+    from electra_tf.data.build import build_config, builder
     from electra_tf.sources import labelled
     from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
@@ -444,7 +444,7 @@ def budget(settings: Settings) -> dict:
     steps: the generator's pretraining is charged in full to the run that uses it.
     """
     from electra_tf.config import PretrainingConfig
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
     disc = get_bert_config(config)
@@ -489,7 +489,7 @@ def fast_electra_stage1_hparams(settings: Settings, steps: int) -> dict:
     generator (heads and FFN derived as the official generator's), so stage 2 can take it as its
     `frozen_generator_dir` with the default generator fractions."""
     from electra_tf.config import PretrainingConfig
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", pretraining_hparams(settings, 1))
     gen = get_generator_config(config, get_bert_config(config))
@@ -549,7 +549,7 @@ def pretrain_objective(settings: Settings, data_dir: str, plan: dict, objective:
 def probe_curve(settings: Settings, run: dict, raw_dir: str, cache_path: str) -> List[dict]:
     """The learning probe on each kept checkpoint of `run` (and step 0): [{step, dev_accuracy,
     train_accuracy, seconds}], cached in `cache_path` (a rerun probes only what is new)."""
-    from electra_tf import probe_settings
+    from electra_tf.config import probe_settings
     from electra_tf.finetuning import probe
     from electra_tf.training import run_dir
 

@@ -127,7 +127,7 @@ def plan(settings: GpuSettings) -> dict:
     budget; the FLOPs each run really gets are reported with the rounding.
     """
     from electra_tf.config import PretrainingConfig
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
 
     config = PretrainingConfig.create("flops", "unused", dict(base_hparams(settings),
                                                                num_train_steps=1))
@@ -215,11 +215,11 @@ def _wait(children: Dict[str, subprocess.Popen], deadline: float, grace: float) 
 def reached_steps(model_dir: str) -> List[int]:
     """Steps of the complete `ckpt-N.npz` checkpoints in `model_dir` (atomic writes: a file that
     exists is complete)."""
-    from electra_tf.training import portable_checkpoint
+    from electra_tf.training import npz_checkpoint
 
     steps = []
-    for path in portable_checkpoint.checkpoints(model_dir):
-        steps.append(int(portable_checkpoint.NAME_PATTERN.match(os.path.basename(path)).group(1)))
+    for path in npz_checkpoint.checkpoints(model_dir):
+        steps.append(int(npz_checkpoint.NAME_PATTERN.match(os.path.basename(path)).group(1)))
     return sorted(steps)
 
 
@@ -423,7 +423,7 @@ def unpack(returned_dir: str, data_dir: str) -> dict:
 def evaluate_run(data_dir: str, objective: str, hparams: dict, num_eval_steps: int) -> dict:
     """Held-out eval of a returned run with the TensorFlow trainer (it reads ckpt-N.npz)."""
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     eval_hparams = dict(hparams, do_train=False, do_eval=True, do_export=False,
                         num_eval_steps=num_eval_steps)

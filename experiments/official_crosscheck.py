@@ -126,7 +126,7 @@ def run_electra_tf(data_dir: str, model_dir: str, hparams: dict, seed: int, ever
     import tensorflow as tf
 
     from electra_tf.config import PretrainingConfig
-    from electra_tf.training.trainer import Trainer
+    from electra_tf.training.tf.trainer import Trainer
     from experiments.electra_vs_mlm import read_scalars
 
     if threads:
@@ -320,7 +320,7 @@ def prepare_data(data_dir: str, vocab_size: int) -> None:
     `data_dir` already holds vocab.txt and pretrain_tfrecords/ (any dataset works)."""
     if os.path.exists(os.path.join(data_dir, "pretrain_tfrecords", "manifest.json")):
         return
-    from electra_tf.data import build_config, builder
+    from electra_tf.data.build import build_config, builder
     from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
     default_dir = os.path.join(REPO_ROOT, "pretrain_data")

@@ -65,8 +65,8 @@ def run(work_dir: str, steps: int, every: int, seed: int) -> dict:
 
     from benchmarks.torch_electra import TorchElectra
     from electra_tf.config import PretrainingConfig
-    from electra_tf.data import pipeline
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.data.records import pipeline
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
     from electra_tf.vocab import load_vocab
     from experiments import electra_vs_mlm as experiment
 

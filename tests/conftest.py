@@ -80,8 +80,8 @@ def _auto_precision_is_float32(monkeypatch):
 @pytest.fixture(scope="module", autouse=True)
 def _module_graphs_released():
     """Frees each module's traced graphs when it ends: TensorFlow's custom-gradient registry would
-    keep them all (electra_tf/training/graph_leaks.py), ~7 GB per pytest process by the end."""
-    from electra_tf.training import graph_leaks
+    keep them all (electra_tf/training/tf/graph_leaks.py), ~7 GB per pytest process by the end."""
+    from electra_tf.training.tf import graph_leaks
 
     with graph_leaks.custom_gradients_released():
         yield

@@ -71,7 +71,7 @@ def text_vocab_path(tmp_dir: str, real: bool) -> str:
 
 def encode_text(vocab_path: str, max_length: int = 40):
     """SENTENCES as [CLS] a [SEP] b [SEP] batches, zero-padded: (input_ids, input_mask, segment_ids)."""
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
 
     vocab = load_vocab(vocab_path)
     tokenizer = Tokenizer(vocab)

@@ -19,7 +19,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.training import export as pretraining_export
+from electra_tf.training.tf import export as pretraining_export
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 from tests.pretraining_fixtures import REPO_ROOT  # noqa: F401  (re-exported to fine-tuning tests)
@@ -87,7 +87,7 @@ def corpus_tasks_dir(output_dir: str, tasks: Sequence[str], num_train: int, num_
 
 def tokenizer_for(directory, words: Iterable[str], max_seq_length: int = 32):
     """(Tokenizer, TextEncoder) over a small vocab of `words` written into `directory`."""
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
     from electra_tf.finetuning.encoding import TextEncoder
 
     vocab = load_vocab(write_vocab(os.path.join(str(directory), "small_vocab.txt"), words))

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from electra_tf.data import tfrecord_io
+from electra_tf.data.records import tfrecord_io
 from electra_tf.vocab import REQUIRED_TOKENS, file_sha256
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

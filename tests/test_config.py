@@ -5,8 +5,8 @@ import json
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
-from electra_tf.model_config import get_bert_config, get_generator_config
+from electra_tf.config.hparams import ConfigError
+from electra_tf.config.model_config import get_bert_config, get_generator_config
 
 
 def make(hparams=None):

@@ -25,7 +25,8 @@ PACKAGE_DIR = os.path.dirname(electra_tf.__file__)
 # nothing of the loop (training/ imports modeling/, pretraining/ and data/, never the reverse);
 # finetuning/ and convert/ read runs through training/ (so training/ imports neither), and
 # nothing in training/ or finetuning/ imports convert/; data/ is below sources/ (the registry
-# downloads are not the data path); the tools in commands/ are on top of everything.
+# downloads are not the data path); the tools in commands/ are on top of everything; config/ (the
+# run's configuration, pure Python) imports only the top-level modules, below every package.
 _LAYERS_ABOVE_TRAINING = ("finetuning", "convert", "commands")
 ABOVE = {
     "modeling": ("pretraining", "training", *_LAYERS_ABOVE_TRAINING),
@@ -36,6 +37,7 @@ ABOVE = {
     "convert": ("commands",),
     "sources": ("commands",),
     "": ("commands",),
+    "config": ("modeling", "pretraining", "data", "training", "sources", *_LAYERS_ABOVE_TRAINING),
 }
 FORBIDDEN = {(room, target) for room, targets in ABOVE.items() for target in targets}
 
@@ -127,6 +129,48 @@ def test_no_import_points_from_a_lower_package_to_a_higher_one():
                     if (room, target) in FORBIDDEN} - PENDING_TRAINING)
     assert not wrong, "imports against the layering (docs/design.md):\n" + "\n".join(
         f"  {module} imports {name}" for module, name in wrong)
+
+
+BACKEND_FOLDERS = ("electra_tf.training.tf", "electra_tf.training.portable")
+
+
+def test_the_backends_do_not_import_each_other():
+    """training/tf/ (TensorFlow) and training/portable/ (JAX / PyTorch) meet only in what
+    training/ shares (the run, the npz checkpoint format, summaries): neither imports the other,
+    so a JAX run loads no TensorFlow module of the package and a backend can change alone."""
+    def folder(name):
+        return next((f for f in BACKEND_FOLDERS if name == f or name.startswith(f + ".")), None)
+
+    crossing = sorted((_module_name(path), name) for path, _ in _modules()
+                      for name in _imported(path)
+                      if folder(_module_name(path)) and folder(name)
+                      and folder(name) != folder(_module_name(path)))
+    assert not crossing, "backend folders importing each other:\n" + "\n".join(
+        f"  {module} imports {name}" for module, name in crossing)
+
+
+# The places where what training/ shares picks the running backend's code: Keras' training hooks
+# (`ElectraPretrainer`: TensorFlow's step or JAX / PyTorch's) and the optimizers' fused
+# TensorFlow update. Nothing else in training/ outside the backend folders imports them.
+BACKEND_DISPATCH = {
+    ("electra_tf.training.pretrainer", "electra_tf.training.portable.fit"),
+    ("electra_tf.training.pretrainer", "electra_tf.training.tf.keras_fit"),
+    ("electra_tf.training.optimization", "electra_tf.training.tf.update"),
+    ("electra_tf.training.optimizers", "electra_tf.training.tf.update"),
+}
+
+
+def test_shared_training_modules_reach_a_backend_only_to_dispatch():
+    def in_folder(name):
+        return any(name == f or name.startswith(f + ".") for f in BACKEND_FOLDERS)
+
+    edges = {(_module_name(path), name) for path, room in _modules() for name in _imported(path)
+             if room == "training" and not in_folder(_module_name(path)) and in_folder(name)}
+    assert edges == BACKEND_DISPATCH, (
+        "shared training/ modules importing a backend folder beyond the dispatch points:\n"
+        + "\n".join(f"  {m} imports {n}" for m, n in sorted(edges - BACKEND_DISPATCH))
+        + "\ndispatch points no longer there (remove them):\n"
+        + "\n".join(f"  {m} imports {n}" for m, n in sorted(BACKEND_DISPATCH - edges)))
 
 
 def test_pending_training_edges_still_exist():

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from electra_tf.errors import DataError
 from electra_tf import locking
 from tests.pretraining_fixtures import REPO_ROOT, subprocess_env
 
@@ -107,16 +108,16 @@ def test_holder_record_is_one_json_line(tmp_path):
 def test_the_trainer_names_a_builder_that_has_not_written_a_file_yet(holder):
     """A locked directory with no shards yet: the trainer's data check names the writer instead
     of sending the user to build data that is being built; once released, "no files match"."""
-    from electra_tf.data import integrity
+    from electra_tf.data.records import integrity
     directory, process = holder
     pattern = os.path.join(directory, "pretrain_data.tfrecord*") + "," + os.path.join(directory,
                                                                                       ".partial-*")
     check = dict(max_seq_length=32, vocab_sha256="", vocab_size=100)
-    with pytest.raises(integrity.DataError, match=f"being written right now by pid {process.pid}"):
+    with pytest.raises(DataError, match=f"being written right now by pid {process.pid}"):
         integrity.validate_dataset(pattern, **check)
     process.stdin.close()
     assert process.wait(timeout=60) == 0
-    with pytest.raises(integrity.DataError, match="no TFRecord files match"):
+    with pytest.raises(DataError, match="no TFRecord files match"):
         integrity.validate_dataset(pattern, **check)
 
 

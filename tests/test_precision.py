@@ -11,7 +11,7 @@ import pytest
 
 from electra_tf import precision
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.precision import DeviceFacts, resolve
 from tests import pretraining_fixtures as fx
 
@@ -195,7 +195,7 @@ STEPS = dict(num_train_steps=3, iterations_per_loop=3, save_checkpoints_steps=3,
 
 
 def _train(data_dir, name, facts, monkeypatch, **hparams):
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     monkeypatch.setattr(precision, "detect", lambda strategy=None: facts)
     config = fx.tiny_config(data_dir, name, **dict(STEPS, **hparams))
@@ -262,7 +262,7 @@ def _assert_model_card_records(config, resolved):
 
 
 def test_resuming_in_another_precision_warns(data_dir, monkeypatch, caplog):
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     _train(data_dir, "moved", XEON, monkeypatch, mixed_precision="auto")
     monkeypatch.setattr(precision, "detect", lambda strategy=None: ZEN3)

@@ -8,7 +8,7 @@ import pickle
 
 import pytest
 
-from electra_tf.hparams import ConfigError, parse_hparams
+from electra_tf.config.hparams import ConfigError, parse_hparams
 from tests import pretraining_fixtures as fx
 
 PACKAGE_DIRS = ("electra_tf",)

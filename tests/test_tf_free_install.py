@@ -62,7 +62,7 @@ def _pins(name: str) -> Dict[str, str]:
 def test_pin_files_hold_no_tensorflow(name):
     pins = _pins(name)
     assert [p for p in pins if p.startswith("tensorflow") or p == "tf-keras"] == []
-    assert "tensorboard" in pins  # TensorBoard itself needs no TensorFlow (portable_board.py)
+    assert "tensorboard" in pins  # TensorBoard itself needs no TensorFlow (training/portable/board.py)
 
 
 @pytest.mark.parametrize("name", ("requirements.txt", "requirements-test.txt"))

@@ -22,7 +22,7 @@ With no flags: reads pretrain_data/corpus with pretrain_data/vocab.txt (fetching
 absent) and writes pretrain_data/pretrain_tfrecords/: pretrain_data.tfrecord-*-of-*, the held-out
 eval_data.tfrecord-*-of-*, inputs.jsonl (per input file) and manifest.json (settings, counts,
 checksums). Same inputs and settings give byte-identical shards, with any --num-processes. See
-electra_tf/data/builder.py for the differences from the official script.
+electra_tf/data/build/builder.py for the differences from the official script.
 
 With --runner (an Apache Beam runner; pip install -e '.[beam]') the same dataset, byte for byte,
 is built by a Beam pipeline, on this machine (DirectRunner) or a cluster; Beam's own pipeline
@@ -41,13 +41,11 @@ import sys
 
 from electra_tf import console
 from electra_tf.cli import run_cli
-from electra_tf.data import build_config as bc
-from electra_tf.data import build_plan as bp
-from electra_tf.data import builder as b
-from electra_tf.data.beam_build import LOCAL_RUNNER, build_dataset_beam
-from electra_tf.data.beam_runner import pipeline_options
-from electra_tf.data.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
-from electra_tf.data.tokenizer_choice import AUTO, CHOICES as TOKENIZER_CHOICES
+from electra_tf.data.build import build_config as bc, build_plan as bp, builder as b
+from electra_tf.data.build.beam_build import LOCAL_RUNNER, build_dataset_beam
+from electra_tf.data.build.beam_runner import pipeline_options
+from electra_tf.data.text.formats import DEFAULT_JSONL_TEXT_FIELD, INPUT_FORMATS
+from electra_tf.data.text.tokenizer_choice import AUTO, CHOICES as TOKENIZER_CHOICES
 from electra_tf.sources.fetch import default_data_ready, fetch_default_data
 
 PROG = "electra-build-dataset"

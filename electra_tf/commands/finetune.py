@@ -34,7 +34,7 @@ from electra_tf import console
 from electra_tf.cli import run_cli
 from electra_tf.commands import hparams_epilog
 from electra_tf.finetuning.config import HPARAM_NAMES, FinetuningConfig
-from electra_tf.hparams import parse_hparams
+from electra_tf.config.hparams import parse_hparams
 from electra_tf.precision import AUTO_HELP
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.vocab import VocabError, load_vocab

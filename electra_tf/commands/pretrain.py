@@ -30,8 +30,8 @@ from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
 from electra_tf.config import HPARAM_NAMES, PretrainingConfig
-from electra_tf.hparam_checks import BACKENDS
-from electra_tf.hparams import ConfigError, parse_hparams
+from electra_tf.config.hparam_checks import BACKENDS
+from electra_tf.config.hparams import ConfigError, parse_hparams
 from electra_tf.precision import AUTO_HELP
 
 logger = logging.getLogger("electra_tf")
@@ -108,14 +108,14 @@ def run_pretraining_cli(args: argparse.Namespace, prog: str = "run_pretraining.p
 
         if config.backend == "tensorflow":
             # lazy: each backend's trainer imports its own framework
-            from electra_tf.training import trainer
+            from electra_tf.training.tf import trainer
 
             results = trainer.run(config, overwrite=args.overwrite,
                                   profile_steps=getattr(args, "profile_steps", 0),
                                   observers=probe.for_run)
         else:
             # lazy: each backend's trainer imports its own framework
-            from electra_tf.training import portable_trainer
+            from electra_tf.training.portable import trainer as portable_trainer
 
             results = portable_trainer.run(config, overwrite=args.overwrite,
                                            observers=probe.for_run,
@@ -137,7 +137,7 @@ def main(argv=None, prog: str = PROG) -> int:
         os.environ["KERAS_BACKEND"] = backend
     code = run_pretraining_cli(args, prog)
     if backend == "jax":
-        from electra_tf.training import hosts  # lazy: JAX is imported by JAX runs only
+        from electra_tf.training.portable import hosts  # lazy: JAX is imported by JAX runs only
 
         if hosts.lost():  # JAX's exit would wait ~100 s for the lost host, then abort
             logging.shutdown()

@@ -10,7 +10,7 @@ checked first) and writes a model directory that `run_pretraining.py` continues 
     OUTPUT_DIR/vocab.txt                    copy of --vocab-file
     OUTPUT_DIR/init_checkpoint/ckpt-0.*     tf.train.Checkpoint(model=..., step=global_step)
     OUTPUT_DIR/init_checkpoint/ckpt-0.npz   the same model and step without TensorFlow
-                                            (`portable_checkpoint`: for --backend jax / torch)
+                                            (`npz_checkpoint`: for --backend jax / torch)
 
 The trainer (on every backend) restores the model and step from `init_checkpoint/` when the
 directory has no checkpoint of its own, with a fresh optimizer whose step counter starts at the
@@ -44,15 +44,15 @@ import tensorflow as tf
 
 from electra_tf import atomic
 from electra_tf.config import PretrainingConfig
+from electra_tf.config.hparams import parse_hparams
+from electra_tf.config.model_config import get_bert_config, get_generator_config
 from electra_tf.convert import names
 from electra_tf.convert.google_sizes import (CheckpointSizes, describe_configured_model,
                                              infer_sizes, resolve_config)
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
 from electra_tf.errors import error_line, shown_path
-from electra_tf.hparams import parse_hparams
-from electra_tf.model_config import get_bert_config, get_generator_config
-from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
+from electra_tf.training import checkpoint_files, npz_checkpoint, run_dir
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
@@ -240,7 +240,7 @@ def _assign_checkpoint_weights(model, source, context: str):
 
 def _check_output_dir(output_dir: str, overwrite: bool) -> None:
     if os.path.isdir(output_dir) and (checkpoint_files.checkpoint_candidates(output_dir)
-                                      or portable_checkpoint.checkpoints(output_dir)):
+                                      or npz_checkpoint.checkpoints(output_dir)):
         raise ConversionError(
             f"--output-dir {output_dir} holds a training run's checkpoints; run_pretraining.py would "
             "resume from them and ignore the import: choose a new --output-dir")

@@ -16,8 +16,8 @@ from typing import Any, Mapping, NamedTuple, Optional, Union
 from electra_tf.config import MODELS_DIR, PretrainingConfig
 from electra_tf.convert import names
 from electra_tf.convert.names import ConversionError, format_shape
-from electra_tf.hparams import ConfigError, parse_hparams
-from electra_tf.model_config import MODEL_SIZES, get_bert_config, get_generator_config
+from electra_tf.config.hparams import ConfigError, parse_hparams
+from electra_tf.config.model_config import MODEL_SIZES, get_bert_config, get_generator_config
 
 _LAYER_RE = re.compile(r"^(electra|generator)/encoder/layer_(\d+)/")
 

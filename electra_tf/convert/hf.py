@@ -48,7 +48,7 @@ from electra_tf.convert.model_card import README_NAME, model_card
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.errors import error_line
-from electra_tf.model_config import ModelConfig
+from electra_tf.config.model_config import ModelConfig
 from electra_tf.sentencepiece_vocab import SENTENCEPIECE
 from electra_tf.training import run_dir
 from electra_tf.vocab import CLS_TOKEN, MASK_TOKEN, PAD_TOKEN, SEP_TOKEN, UNK_TOKEN

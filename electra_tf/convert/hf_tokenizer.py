@@ -2,7 +2,7 @@
 
 Fast tokenizers (`transformers`' `*TokenizerFast`, transformers.js, Text Embeddings Inference,
 ONNX tooling) read this one file. It is BERT's tokenizer as electra-tf runs it
-(`electra_tf.data.tokenization.Tokenizer`): BERT normalisation (control characters removed,
+(`electra_tf.data.text.tokenization.Tokenizer`): BERT normalisation (control characters removed,
 whitespace folded, CJK characters split, lowercasing and accent stripping as the training data
 was built: accents are stripped only when lowercasing), BERT pre-tokenisation (whitespace and
 punctuation), WordPiece with `##` continuations, `[UNK]` for a word longer than 200 characters (BERT's limit)
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from electra_tf import atomic
 from electra_tf.convert.hf_spm_tokenizer import build_spm_tokenizer
-from electra_tf.data.tokenization import MAX_INPUT_CHARS_PER_WORD, SUFFIX_INDICATOR
+from electra_tf.data.text.tokenization import MAX_INPUT_CHARS_PER_WORD, SUFFIX_INDICATOR
 from electra_tf.vocab import WORDPIECE, Vocab
 
 TOKENIZER_JSON_NAME = "tokenizer.json"

@@ -38,7 +38,7 @@ from electra_tf.convert import names
 from electra_tf.convert.hf import encoder_scopes
 from electra_tf.convert.model_dir import load_model_dir, prepare_output_dir
 from electra_tf.convert.names import ConversionError, format_shape
-from electra_tf.model_config import ModelConfig
+from electra_tf.config.model_config import ModelConfig
 from electra_tf.training import run_dir
 
 logger = logging.getLogger("electra_tf")

@@ -44,8 +44,8 @@ from electra_tf import atomic, precision
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
 from electra_tf.errors import error_line
-from electra_tf.training.export import int_spec, rtd_outputs
-from electra_tf.training.hub import latest_version_dir
+from electra_tf.training.tf.export import int_spec, rtd_outputs
+from electra_tf.training.tf.hub import latest_version_dir
 
 logger = logging.getLogger("electra_tf")
 

@@ -37,7 +37,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 from electra_tf import precision
 from electra_tf.config import MODELS_DIR, check_model_name
-from electra_tf.hparams import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
+from electra_tf.config.hparams import ConfigError, check_known_hparams, coerce_hparam, parse_hparams
 from electra_tf.training import run_dir
 
 logger = logging.getLogger("electra_tf")

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.portable_encoding import (  # noqa: F401 (re-exported)
     FEATURE_NAMES, PAIR_SPECIAL_TOKENS, SINGLE_SPECIAL_TOKENS, truncated_pair_lengths)
 
@@ -51,7 +51,7 @@ class TextEncoder(tf.Module):
     """Raw text to `input_ids`, `input_mask`, `segment_ids` (int32), in one graph.
 
     Args:
-        tokenizer: electra_tf.data.tokenization.Tokenizer (BERT FullTokenizer semantics).
+        tokenizer: electra_tf.data.text.tokenization.Tokenizer (BERT FullTokenizer semantics).
         max_seq_length: int. Length budget including [CLS]/[SEP].
     """
 

@@ -34,7 +34,7 @@ import tensorflow as tf
 from electra_tf import precision
 from electra_tf.finetuning.encoding import TextEncoder
 from electra_tf.training import run_dir
-from electra_tf.training.export import save_atomically
+from electra_tf.training.tf.export import save_atomically
 
 CONFIG_FILE = "finetuning_config.json"
 LABELS_FILE = "labels.json"

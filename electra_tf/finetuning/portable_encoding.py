@@ -14,7 +14,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from electra_tf.data.portable_tokenization import PortableTokenizer
+from electra_tf.data.text.portable_tokenization import PortableTokenizer
 
 # [CLS] a [SEP] and [CLS] a [SEP] b [SEP]: special tokens per sequence.
 SINGLE_SPECIAL_TOKENS = 2
@@ -36,7 +36,7 @@ def backend_tokenizer(vocab, do_lower_case: bool, strip_accents: bool):
 
     if keras.backend.backend() == "tensorflow":
         # lazy: TensorFlow is optional here (JAX and PyTorch runs tokenize without it)
-        from electra_tf.data.tokenization import Tokenizer
+        from electra_tf.data.text.tokenization import Tokenizer
 
         return Tokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)
     return PortableTokenizer(vocab, do_lower_case=do_lower_case, strip_accents=strip_accents)

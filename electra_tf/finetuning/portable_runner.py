@@ -25,7 +25,7 @@ answering (head, decoding and serving in TensorFlow ops) is refused in one line
 TensorFlow trial of the same seed; the metrics agree within seed noise, not digit for digit.
 
 Checkpoints (`TrialCheckpoints`): every `save_checkpoints_steps` steps and at a trial's last
-step, `training.portable_checkpoint`'s `ckpt-N.npz` (model with its dropout seed states,
+step, `training.npz_checkpoint`'s `ckpt-N.npz` (model with its dropout seed states,
 optimizer) in `<tasks>_checkpoints_<trial>/`, the newest kept (`runner` removes it once
 results_json records the trial); its data_state records the hparams that train
 (`checkpoint_state`) and the loss report in progress. A rerun restores the newest intact one
@@ -48,7 +48,7 @@ import numpy as np
 from electra_tf import atomic
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.task import CLASSIFICATION, REGRESSION, TAGGING, prefixed
-from electra_tf.training import optimization, portable_checkpoint
+from electra_tf.training import npz_checkpoint, optimization
 
 logger = logging.getLogger("electra_tf")
 
@@ -97,7 +97,7 @@ def shuffled_batches(table: Dict[str, np.ndarray], batch_size: int, seed: int,
 
 
 class TrialCheckpoints(NamedTuple):
-    """Where and how often one trial saves (`ckpt-N.npz`, `training.portable_checkpoint`).
+    """Where and how often one trial saves (`ckpt-N.npz`, `training.npz_checkpoint`).
 
     Attributes:
         directory: str. `FinetuningConfig.trial_checkpoint_dir(trial)`.
@@ -144,10 +144,10 @@ def resume_step(model: FinetuningModel, optimizer, checkpoints: TrialCheckpoints
         ValueError: the checkpoint belongs to other hparams (one line naming the first that
             differs) or another trial.
     """
-    path = portable_checkpoint.latest_good(checkpoints.directory)
+    path = npz_checkpoint.latest_good(checkpoints.directory)
     if path is None:
         return Resumed(0, float("nan"))
-    saved = portable_checkpoint.read_meta(path).get("data_state") or {}
+    saved = npz_checkpoint.read_meta(path).get("data_state") or {}
     mine = checkpoints.state
     if saved.get("hparams") != mine["hparams"]:
         theirs = saved.get("hparams") or {}
@@ -160,7 +160,7 @@ def resume_step(model: FinetuningModel, optimizer, checkpoints: TrialCheckpoints
         if saved.get(key) != mine[key]:
             raise ValueError(f"{path} belongs to {key} {saved.get(key)!r}, this trial has "
                              f"{mine[key]!r}: pass --overwrite to start over")
-    step = portable_checkpoint.restore(path, model, optimizer).step
+    step = npz_checkpoint.restore(path, model, optimizer).step
     logger.info("  resumed from %s (step %d)", path, step)
     return Resumed(step, *(saved[key] for key in PROGRESS_KEYS))
 
@@ -173,10 +173,10 @@ def _save(model: FinetuningModel, optimizer, progress: Resumed,
           checkpoints: TrialCheckpoints) -> None:
     os.makedirs(checkpoints.directory, exist_ok=True)
     state = dict(checkpoints.state, **dict(zip(PROGRESS_KEYS, progress[1:])))
-    portable_checkpoint.save(checkpoints.directory, progress.step, model, optimizer, state,
+    npz_checkpoint.save(checkpoints.directory, progress.step, model, optimizer, state,
                              data_key=None)
     # The newest intact one is all a resume reads: the older go once it is written whole.
-    portable_checkpoint.enforce_retention(checkpoints.directory, 1)
+    npz_checkpoint.enforce_retention(checkpoints.directory, 1)
 
 
 def train(model: FinetuningModel, optimizer, batches: Iterable[Dict[str, np.ndarray]],

@@ -18,7 +18,7 @@
 
 On JAX (`--backend jax`, no TensorFlow in the process) a run of `--backend jax|torch`
 (`ckpt-N.npz`, or an `init_checkpoint/ckpt-0.npz` import) is read directly
-(`portable_checkpoint`); a TensorFlow checkpoint or SavedModel is read by a child Python on the
+(`npz_checkpoint`); a TensorFlow checkpoint or SavedModel is read by a child Python on the
 TensorFlow backend (`tensorflow_child`), which hands the encoder weights back in an .npz, so it
 needs TensorFlow installed beside JAX (without it: one line saying so).
 
@@ -41,14 +41,14 @@ import keras
 import numpy as np
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.config.hparams import ConfigError
+from electra_tf.config.model_config import get_bert_config
 from electra_tf.errors import ElectraError, TrainingError, error_line
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.model import ENCODER_NAME
-from electra_tf.hparams import ConfigError
-from electra_tf.model_config import get_bert_config
-from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.training import checkpoint_files, portable_checkpoint, run_dir
+from electra_tf.sentencepiece_vocab import looks_like_sentencepiece
+from electra_tf.training import checkpoint_files, npz_checkpoint, run_dir
 from electra_tf.vocab import Vocab, load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -157,7 +157,7 @@ def _from_saved_model(path: str, config: FinetuningConfig) -> Pretrained:
     import tensorflow as tf
 
     # lazy: TensorFlow is optional here (only a SavedModel starting point needs it)
-    from electra_tf.training.export import EXTRA_DIR
+    from electra_tf.training.tf.export import EXTRA_DIR
 
     extra = os.path.join(path, EXTRA_DIR)
     config_path = os.path.join(extra, run_dir.CONFIG_NAME)
@@ -255,7 +255,7 @@ def load_pretrained(config: FinetuningConfig) -> Pretrained:
 def _portable_run_checkpoint(path: str) -> Optional[str]:
     """The `ckpt-N.npz` a JAX / PyTorch run (or an import's `init_checkpoint/ckpt-0.npz`) holds
     at `path` (a run directory or an .npz file), or None when it holds TensorFlow's format."""
-    if path.endswith(portable_checkpoint.SUFFIX) and os.path.isfile(path):
+    if path.endswith(npz_checkpoint.SUFFIX) and os.path.isfile(path):
         return path
     if not os.path.isdir(path) or not os.path.isfile(os.path.join(path, run_dir.CONFIG_NAME)):
         return None
@@ -263,10 +263,10 @@ def _portable_run_checkpoint(path: str) -> Optional[str]:
         backend = PretrainingConfig.load(os.path.join(path, run_dir.CONFIG_NAME)).backend
     except (ValueError, TypeError) as e:
         raise PretrainedError(f"init_checkpoint {path}: {e}") from None
-    found = portable_checkpoint.latest_good(path)
+    found = npz_checkpoint.latest_good(path)
     if found is None and backend == "tensorflow":
         if not checkpoint_files.checkpoint_candidates(path):  # only an import
-            found = portable_checkpoint.latest_good(
+            found = npz_checkpoint.latest_good(
                 os.path.join(path, checkpoint_files.INIT_CHECKPOINT_DIR))
     return found
 
@@ -285,7 +285,7 @@ def _from_portable_run(path: str, checkpoint: str, config: FinetuningConfig) -> 
         model = ElectraPretrainer.from_pretraining_config(pretraining, vocab.special,
                                                           vocab.tokens, vocab.kind)
         model.build_from_sequence_length()
-        saved = portable_checkpoint.restore(checkpoint, model, None)
+        saved = npz_checkpoint.restore(checkpoint, model, None)
     except (TrainingError, ValueError, TypeError, OSError) as e:
         raise PretrainedError(f"init_checkpoint {path}: {error_line(e)}") from None
     encoder = model.exported_discriminator()

@@ -1,6 +1,6 @@
 """The learning probe of a pretraining run: is the discriminator learning features that matter?
 
-With the `probe` hparam (`electra_tf.probe_settings`), the run fits a linear classifier on
+With the `probe` hparam (`electra_tf.config.probe_settings`), the run fits a linear classifier on
 frozen discriminator features of a small labelled task every `every_n_steps` steps and logs its dev
 accuracy beside the losses (`probe/dev_accuracy`, `probe/train_accuracy`, `probe/seconds`
 TensorBoard scalars and a console line). A healthy run's dev accuracy rises above its step-0
@@ -42,9 +42,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from electra_tf.config import PretrainingConfig
+from electra_tf.config import PretrainingConfig, probe_settings
 from electra_tf.errors import TrainingError, shown_path
-from electra_tf import probe_settings
 from electra_tf.finetuning import linear_probe
 from electra_tf.pretraining.encoder_interface import sequence_output
 from electra_tf.training import observers, run_dir
@@ -105,9 +104,9 @@ def read_task(settings: probe_settings.ProbeSettings):
     """
     # lazy: the registry imports every task family, TensorFlow with some, and a JAX run
     # without a probe imports this module.
+    from electra_tf.finetuning.classification.data import load_task
     from electra_tf.finetuning.registry import task_family
     from electra_tf.finetuning.task import CLASSIFICATION
-    from electra_tf.finetuning.classification.data import load_task
     from electra_tf.finetuning.task_files import DataFileError
 
     directory = os.path.normpath(settings.task_dir)
@@ -136,7 +135,7 @@ def encode_task(settings: probe_settings.ProbeSettings, config: PretrainingConfi
                 vocab: Vocab) -> ProbeData:
     """Reads and encodes the probe's task as the run's pretraining data was tokenised."""
     # lazy: both import TensorFlow and tensorflow-text (checked in `for_run`).
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
     from electra_tf.finetuning.encoding import TextEncoder
 
     task, train, dev = read_task(settings)

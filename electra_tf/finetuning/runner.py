@@ -50,8 +50,7 @@ import numpy as np
 
 from electra_tf import atomic, precision
 from electra_tf.errors import ElectraError
-from electra_tf.finetuning import metrics as metrics_lib
-from electra_tf.finetuning import portable_runner
+from electra_tf.finetuning import metrics as metrics_lib, portable_runner
 from electra_tf.finetuning.config import PRECISIONS, FinetuningConfig
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
@@ -60,9 +59,10 @@ from electra_tf.finetuning.pretrained import Pretrained, load_pretrained
 from electra_tf.finetuning.registry import build_task, task_family
 from electra_tf.finetuning.task import SHARED_FEATURES, FinetuningTask, ScoreContext, prefixed
 from electra_tf.progress import eta_seconds, format_duration
-from electra_tf.training import graph_leaks, portable_checkpoint
+from electra_tf.training import npz_checkpoint
 from electra_tf.training.optimization import WarmupPolynomialDecay, apply_gradients
 from electra_tf.training.optimizers import AdamWeightDecay
+from electra_tf.training.tf import graph_leaks
 from electra_tf.vocab import load_vocab
 
 logger = logging.getLogger("electra_tf")
@@ -352,11 +352,11 @@ def _resumed_trials(config: FinetuningConfig, overwrite: bool) -> Optional[List[
     """
     if overwrite:
         for trial in range(1, config.num_trials + 1):
-            for path in portable_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
+            for path in npz_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
                 os.remove(path)
         return None
     if not os.path.exists(config.results_json):
-        has_checkpoints = any(portable_checkpoint.checkpoints(config.trial_checkpoint_dir(t))
+        has_checkpoints = any(npz_checkpoint.checkpoints(config.trial_checkpoint_dir(t))
                               for t in range(1, config.num_trials + 1))
         return [] if has_checkpoints else None
     try:
@@ -565,7 +565,7 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         raise FinetuningError(str(e)) from None
     if backend == "tensorflow":
         # lazy: TensorFlow is optional here (JAX and PyTorch fine-tuning never import it)
-        from electra_tf.training.strategy import set_inter_op_threads
+        from electra_tf.training.tf.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # one device: one op at a time on a CPU-only machine (strategy.py)
     done_trials = _resumed_trials(config, overwrite) if backend != "tensorflow" else None
@@ -629,7 +629,7 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
             if backend != "tensorflow":
                 # results_json now holds the trial, which is all a rerun keeps of it: its
                 # checkpoints (model and optimizer, 3x the weights) would only take disk.
-                for path in portable_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
+                for path in npz_checkpoint.checkpoints(config.trial_checkpoint_dir(trial)):
                     os.remove(path)
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -23,7 +23,7 @@ import math
 
 from keras import ops
 
-from electra_tf.generator_checks import TEMPERATURE_SCHEDULES as SCHEDULES
+from electra_tf.config.generator_checks import TEMPERATURE_SCHEDULES as SCHEDULES
 
 
 def temperature_at(step, *, start: float, end: float, decay_steps: int,

@@ -27,7 +27,7 @@ CHECKPOINT_STATE_NAME = "checkpoint"  # TensorFlow's state file: the latest and 
 # Where `from-google` puts the imported weights (`tf.train.Checkpoint(model=..., step=...)`); a run
 # starts from them when it has no checkpoint of its own.
 INIT_CHECKPOINT_DIR = "init_checkpoint"
-# Beside it, the same weights and step in `portable_checkpoint`'s format (no TensorFlow needed):
+# Beside it, the same weights and step in `npz_checkpoint`'s format (no TensorFlow needed):
 # what a run on JAX or PyTorch starts from.
 INIT_PORTABLE_NAME = f"{CHECKPOINT_PREFIX}-0.npz"
 # Checkpoint keys of the step counter: the trainer's optimizer, or from-google's `step`.

@@ -9,7 +9,7 @@ import logging
 from typing import Dict, Optional
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import integrity
+from electra_tf.data.records import integrity
 from electra_tf.vocab import Vocab
 
 logger = logging.getLogger("electra_tf")

@@ -36,7 +36,7 @@ from electra_tf.training.optimizers import (AdamWeightDecay, DecoupledWeightDeca
                                             LrMultipliers)
 
 if keras.backend.backend() == "tensorflow":
-    from electra_tf.training import tf_update
+    from electra_tf.training.tf import update as tf_update
 else:
     tf_update = None  # JAX / PyTorch: dense gradients, no tf.distribute
 

@@ -43,7 +43,7 @@ import keras
 from keras import ops
 
 if keras.backend.backend() == "tensorflow":
-    from electra_tf.training import tf_update
+    from electra_tf.training.tf import update as tf_update
 else:
     tf_update = None  # JAX / PyTorch: dense gradients, no fused kernels, no tf.distribute
 

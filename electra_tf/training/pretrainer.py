@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import keras
 
-from electra_tf.pretraining.pretrainer import PretrainingModel
-from electra_tf.training import portable_fit, step_pieces
+from electra_tf.pretraining.model import PretrainingModel
+from electra_tf.training import step_pieces
+from electra_tf.training.portable import fit as portable_fit
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -160,8 +161,8 @@ class ElectraPretrainer(PretrainingModel):
 
 
 def _keras_fit():
-    """training/keras_fit.py, imported on the TensorFlow backend only: it imports TensorFlow,
+    """training/tf/keras_fit.py, imported on the TensorFlow backend only: it imports TensorFlow,
     which the JAX and PyTorch paths must not need."""
-    from electra_tf.training import keras_fit  # lazy: it imports TensorFlow
+    from electra_tf.training.tf import keras_fit  # lazy: it imports TensorFlow
 
     return keras_fit

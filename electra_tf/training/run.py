@@ -12,15 +12,18 @@ What the run owns, the same on every backend (this module):
    temperature, skipped steps and records, the collapse guard), the evaluation's verdict and
    files (`evaluate`), the weights' fingerprint and the words of a stop.
 
-What a backend defines (its subclass: TensorFlow's `trainer.Trainer`, JAX / PyTorch's
-`portable_trainer.PortableTrainer`), the backend interface:
+What a backend defines (its subclass, in its folder: TensorFlow's `training/tf/trainer.Trainer`,
+JAX / PyTorch's `training/portable/trainer.PortableTrainer`), the backend interface; the methods
+are abstract here, so a backend that lacks one cannot be built:
 
     set-up            config, vocab, model, observer, collapse_guard, restored_from, chief
                       (this process writes the run directory), stop (the SIGTERM request)
     step              the optimizer's step counter
     latest            the newest checkpoint this process saved or restored (None: none)
+    _saved_at_step()  whether `latest` is this step's checkpoint
     _open_writer()    a `summaries.ScalarWriter` of the run's events (a null one off the chief)
     _write_run_info   the hparams plugin and the config text at the first step trained
+    _describe()       the backend's words in the "training from step" line (devices, precision)
     _train_chunk(n)   runs n steps (fewer on a stop): the chunk's scalars, {} when none ran
     _before_chunk, _after_chunk, _end_training
                       hooks around chunks (the profiler; the hosts' stop agreement)
@@ -31,10 +34,14 @@ What a backend defines (its subclass: TensorFlow's `trainer.Trainer`, JAX / PyTo
     model_variables() the model's variables in their fixed order
 
 What each backend can run is one table (`capabilities`), checked before anything is written.
+Subclasses rather than a backend object held by the run, as Keras composes its `Model` from a
+backend's `Trainer` class: the backend's state (model, strategy, checkpoint manager) and the
+run's are one object that the tests, the probe and the pretraining command hold.
 """
 
 from __future__ import annotations
 
+import abc
 import logging
 import time
 from typing import Dict, List, Optional
@@ -45,7 +52,7 @@ from electra_tf.training import run_base, summaries
 logger = logging.getLogger("electra_tf")
 
 
-class PretrainingRun:
+class PretrainingRun(abc.ABC):
     """The run of one `PretrainingConfig`: its loop, checkpoints' cadence, stops, evaluation and
     phases over a backend's steps (see the module docstring for the backend interface).
 
@@ -210,6 +217,48 @@ class PretrainingRun:
     def preempted(self, during: str, rerun: str) -> Preempted:
         """The stop of a phase other than training: nothing of the run is lost."""
         return run_base.preempted(self.step, self.latest or self.restored_from, during, rerun)
+
+    # --- The backend interface (module docstring) ------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def step(self) -> int:
+        """The optimizer's step counter."""
+
+    @abc.abstractmethod
+    def _saved_at_step(self) -> bool:
+        """Whether this step's checkpoint is written."""
+
+    @abc.abstractmethod
+    def _open_writer(self) -> summaries.ScalarWriter:
+        """The run's TensorBoard scalar writer (a null one off the chief)."""
+
+    @abc.abstractmethod
+    def _write_run_info(self, writer, start_step: int) -> None:
+        """The hparams plugin and the config text, at the first step trained."""
+
+    @abc.abstractmethod
+    def _describe(self) -> str:
+        """The backend's part of the "training from step" line."""
+
+    @abc.abstractmethod
+    def _train_chunk(self, num_steps: int) -> Dict[str, float]:
+        """Runs `num_steps` steps (fewer on a stop); the chunk's scalars, {} when none ran."""
+
+    @abc.abstractmethod
+    def _save(self) -> None:
+        """A checkpoint of this step, with the data position; sets `latest`."""
+
+    @abc.abstractmethod
+    def _evaluate_batches(self) -> Dict[str, float]:
+        """The held-out split's metrics over `num_eval_steps` batches."""
+
+    @abc.abstractmethod
+    def _write_eval_results(self, results: Dict[str, float], note) -> None:
+        """eval_results.txt and the eval scalars (chief only)."""
+
+    @abc.abstractmethod
+    def _export(self) -> Optional[dict]:
+        """The export phase: its result, or None when nothing was exported."""
 
     # --- Hooks a backend may override --------------------------------------------------------------
     def _before_training(self) -> None:

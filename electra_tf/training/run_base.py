@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Optional
 import numpy as np
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import integrity
+from electra_tf.data.records import integrity
 from electra_tf.errors import Preempted, TrainingError
 from electra_tf.training import adam_warmup
 from electra_tf.vocab import Vocab, load_vocab

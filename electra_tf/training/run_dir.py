@@ -320,7 +320,7 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
     `init_checkpoint/` (model and step, no optimizer), `config.json` and the vocab copy; the
     checkpoint directory appears complete or not at all. It holds the weights twice: TensorFlow's
     checkpoint `ckpt-0` (what the TensorFlow trainer, fine-tuning and the converters read) and
-    `ckpt-0.npz` (`portable_checkpoint`'s format, what `--backend jax|torch` read without
+    `ckpt-0.npz` (`npz_checkpoint`'s format, what `--backend jax|torch` read without
     TensorFlow).
 
     Returns:
@@ -329,7 +329,7 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
     import tensorflow as tf
 
     # lazy: it imports keras; configuration code reads this module's names without it
-    from electra_tf.training import portable_checkpoint
+    from electra_tf.training import npz_checkpoint
 
     init_dir = os.path.join(output_dir, checkpoint_files.INIT_CHECKPOINT_DIR)
     if os.path.exists(init_dir) and not overwrite:  # the caller checked; a concurrent writer
@@ -339,7 +339,7 @@ def write_imported(output_dir: str, config: PretrainingConfig, vocab_file: str, 
         checkpoint = checkpoint_files.run_checkpoint(model, step=step)
         tf.train.CheckpointManager(checkpoint, staging, max_to_keep=1,
                                    checkpoint_name=checkpoint_files.CHECKPOINT_PREFIX).save(checkpoint_number=0)
-        portable_checkpoint.save(staging, global_step, model, None, None, None,
+        npz_checkpoint.save(staging, global_step, model, None, None, None,
                                  name=checkpoint_files.INIT_PORTABLE_NAME)
     config.save(os.path.join(output_dir, CONFIG_NAME))
     vocab_out = os.path.join(output_dir, VOCAB_NAME)
@@ -371,7 +371,7 @@ def tokenization_settings(config: PretrainingConfig,
         config: the run's PretrainingConfig.
         model_dir: where the run is now, if not `config.model_dir` (a moved or copied run).
     """
-    from electra_tf.data.tfrecord_io import MANIFEST_NAME  # lazy: numpy, imported late
+    from electra_tf.data.records.tfrecord_io import MANIFEST_NAME  # lazy: numpy, imported late
 
     candidates = [os.path.join(model_dir or config.model_dir, DATASET_MANIFEST_COPY)]
     if config.pretrain_tfrecords:
@@ -400,21 +400,21 @@ def _portable_checkpoint_to_read(model_dir: str, checkpoint: Optional[str],
     """The `ckpt-N.npz` to read: `checkpoint` if it is one (or a directory of them, for a run
     of another backend), else the newest of a JAX / PyTorch run; None for TensorFlow checkpoints."""
     # lazy: it imports keras; configuration code reads this module's names without it
-    from electra_tf.training import portable_checkpoint
+    from electra_tf.training import npz_checkpoint
 
-    if checkpoint and checkpoint.endswith(portable_checkpoint.SUFFIX):
+    if checkpoint and checkpoint.endswith(npz_checkpoint.SUFFIX):
         if not os.path.isfile(checkpoint):
             raise TrainingError(f"--checkpoint {checkpoint}: no such file")
-        portable_checkpoint.check_named(checkpoint)
+        npz_checkpoint.check_named(checkpoint)
         return checkpoint
     if config.backend == "tensorflow":
         return None
-    found = portable_checkpoint.latest_good(checkpoint or model_dir)
+    found = npz_checkpoint.latest_good(checkpoint or model_dir)
     if found is None and not checkpoint and os.path.isdir(
             os.path.join(model_dir, checkpoint_files.INIT_CHECKPOINT_DIR)):
         return None  # a JAX / PyTorch run stopped before its first save: the imported weights
     if found is None:
-        name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{portable_checkpoint.SUFFIX}"
+        name = f"{checkpoint_files.CHECKPOINT_PREFIX}-N{npz_checkpoint.SUFFIX}"
         raise TrainingError(f"no checkpoint ({name}) in {checkpoint or model_dir}: train first "
                             f"or {another}")
     return found
@@ -488,9 +488,9 @@ def load_run(model_dir: str, checkpoint: Optional[str] = None,
     model.build_from_sequence_length()
     portable = _portable_checkpoint_to_read(model_dir, checkpoint, config, another)
     if portable is not None:  # a run of --backend jax / torch (ckpt-N.npz)
-        from electra_tf.training import portable_checkpoint  # lazy: as above (keras)
+        from electra_tf.training import npz_checkpoint  # lazy: as above (keras)
 
-        saved = portable_checkpoint.restore(portable, model, None)
+        saved = npz_checkpoint.restore(portable, model, None)
         logger.info("read %s (step %d) with the model of %s", portable, saved.step, config_path)
         return LoadedRun(config, vocab, model, portable, saved.step)
     import tensorflow as tf  # here: a JAX / PyTorch run's checkpoint (above) needs none

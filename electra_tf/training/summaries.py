@@ -85,13 +85,33 @@ def add_sampling_temperature(scalars: Dict[str, float], model, step: int) -> Non
 class ScalarWriter(Protocol):
     """A run's TensorBoard events as the run writes them, on every backend (TensorFlow:
     `TfEventWriter`; without TensorFlow: `portable_board.EventWriter`; off the chief:
-    `portable_board.NullWriter`)."""
+    `NullWriter`)."""
 
     def scalars(self, step: int, values: Dict[str, float]) -> None: ...
 
     def flush(self) -> None: ...
 
     def close(self) -> None: ...
+
+
+class NullWriter:
+    """A `ScalarWriter` that writes nothing: a process other than the run's writer (the chief,
+    host 0), on every backend."""
+
+    def _add(self, step: int, summary) -> None:
+        pass
+
+    def scalars(self, step: int, values: Dict[str, float]) -> None:
+        pass
+
+    def text(self, tag: str, step: int, body: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class TfEventWriter:

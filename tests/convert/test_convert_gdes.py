@@ -10,15 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.convert import google, hf, names
-from electra_tf.convert import keras_hub as kh_convert
-from electra_tf.model_config import get_bert_config
+from electra_tf.config.model_config import get_bert_config
+from electra_tf.convert import google, hf, keras_hub as kh_convert, names
 from electra_tf.modeling.embeddings import DisentangledEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
-from electra_tf.training import export as export_lib
 from electra_tf.training import run_dir
+from electra_tf.training.tf import export as export_lib
 from electra_tf.vocab import load_vocab
-
 from tests import convert_fixtures as cf
 
 TOLERANCE = 1e-4  # max abs difference, float32 (as the other converter tests)

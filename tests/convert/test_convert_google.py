@@ -18,10 +18,9 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.convert import google, google_sizes, names
 from electra_tf.convert.model_dir import load_model_dir
 from electra_tf.convert.names import ConversionError
-from electra_tf.training import checkpoint_files, portable_checkpoint
+from electra_tf.training import checkpoint_files, npz_checkpoint
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
-
 from tests import convert_fixtures as cf
 
 
@@ -78,7 +77,7 @@ def test_released_sizes_resolve_to_the_official_hparams(tmp_path, dims, expected
     sizes = google_sizes.infer_sizes(official_shapes_of(*dims))
     config, hparams = google_sizes.resolve_config(sizes, out_dir(tmp_path))
     assert hparams == dict(expected, vocab_size=30522, embedding_size=dims[2])
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
     bert = get_bert_config(config)
     generator = get_generator_config(config, bert)
     assert (bert.hidden_size, bert.num_hidden_layers, bert.embedding_size) == dims[:3]
@@ -124,14 +123,14 @@ def test_import_writes_a_tensorflow_free_copy_of_the_same_weights(tmp_path, voca
     assert sorted(os.listdir(init_dir)) == ["checkpoint", "ckpt-0.data-00000-of-00001",
                                             "ckpt-0.index", "ckpt-0.npz"]
     path = os.path.join(init_dir, checkpoint_files.INIT_PORTABLE_NAME)
-    meta = portable_checkpoint.read_meta(path)
+    meta = npz_checkpoint.read_meta(path)
     assert (meta["step"], meta["optimizer_paths"], meta["data_state"]) == (4000, [], None)
-    assert portable_checkpoint.checkpoint_problem(path) is None
+    assert npz_checkpoint.checkpoint_problem(path) is None
     model = ElectraPretrainer.from_pretraining_config(result.config, load_vocab(vocab).special)
     model.build_from_sequence_length()
-    assert portable_checkpoint.restore(path, model, None).step == 4000
-    for ours, imported in zip(portable_checkpoint.model_variables(model),
-                              portable_checkpoint.model_variables(result.model), strict=True):
+    assert npz_checkpoint.restore(path, model, None).step == 4000
+    for ours, imported in zip(npz_checkpoint.model_variables(model),
+                              npz_checkpoint.model_variables(result.model), strict=True):
         np.testing.assert_array_equal(ours.numpy(), imported.numpy(), err_msg=ours.path)
     restored = names.get_official_weights(model)
     for name, value in weights.items():
@@ -246,7 +245,7 @@ def test_output_dir_is_never_silently_replaced(tmp_path, vocab, small_pp):
     google.import_google_checkpoint(prefix, vocab, jax_run)
     shutil.copy(os.path.join(jax_run, checkpoint_files.INIT_CHECKPOINT_DIR,
                              checkpoint_files.INIT_PORTABLE_NAME),
-                os.path.join(jax_run, portable_checkpoint.file_name(4010)))
+                os.path.join(jax_run, npz_checkpoint.file_name(4010)))
     with pytest.raises(ConversionError, match="holds a training run's checkpoints"):
         google.import_google_checkpoint(prefix, vocab, jax_run, overwrite=True)
     # An object-based (TF2) checkpoint is not Google's format.

@@ -12,8 +12,8 @@ transformers = pytest.importorskip(
 
 from electra_tf.convert.hf_spm_tokenizer import build_spm_tokenizer, spm_settings  # noqa: E402
 from electra_tf.convert.hf_tokenizer import write_tokenizer_json  # noqa: E402
-from electra_tf.data.spm_learning import learn_spm  # noqa: E402
-from electra_tf.data.tokenization import Tokenizer  # noqa: E402
+from electra_tf.data.text.spm_learning import learn_spm  # noqa: E402
+from electra_tf.data.text.tokenization import Tokenizer  # noqa: E402
 from electra_tf.vocab import load_vocab  # noqa: E402
 from tests.spm_fixtures import SAMPLE_TEXTS, WORDS, train_model, write_corpus  # noqa: E402
 

@@ -14,7 +14,7 @@ import pytest
 
 from electra_tf.convert import hf
 from electra_tf.convert.hf_tokenizer import build_tokenizer
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.vocab import load_vocab
 from tests import convert_fixtures as cf
 

@@ -98,7 +98,7 @@ def test_pooler_is_left_at_its_seeded_initialisation(tmp_path, run):
 
 
 def test_backbone_kwargs_refuse_activations_keras_hub_lacks():
-    from electra_tf.model_config import ModelConfig
+    from electra_tf.config.model_config import ModelConfig
 
     config = ModelConfig(vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=16, embedding_size=8, hidden_act="relu")

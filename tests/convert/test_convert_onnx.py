@@ -59,7 +59,7 @@ def pretraining(tmp_path_factory):
 def world(pretraining):
     """The pretraining run and one fine-tuned SavedModel from it with a task of every family
     (random heads: parity, not accuracy, is tested)."""
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
     from electra_tf.finetuning import runner
     from electra_tf.finetuning.config import FinetuningConfig
     from electra_tf.finetuning.encoding import TextEncoder

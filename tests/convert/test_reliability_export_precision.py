@@ -19,7 +19,7 @@ import tensorflow as tf
 from electra_tf import precision
 from electra_tf.convert import onnx_export
 from electra_tf.convert.__main__ import main as convert_main
-from electra_tf.training import export as export_lib
+from electra_tf.training.tf import export as export_lib
 from electra_tf.training import run_dir
 from tests import convert_fixtures as cf
 from tests import fault_fixtures as faults
@@ -128,7 +128,7 @@ def test_in_export_precision_copies_the_weights_into_the_asked_policy():
 def test_export_precision_is_validated(value):
     from electra_tf.config import PretrainingConfig
     from electra_tf.finetuning.config import FinetuningConfig
-    from electra_tf.hparams import ConfigError
+    from electra_tf.config.hparams import ConfigError
 
     with pytest.raises(ConfigError, match="export_precision must be one of float32, bfloat16"):
         PretrainingConfig.create("x", "/tmp", {"export_precision": value})
@@ -188,7 +188,7 @@ def _toy_task(raw):
 
 @pytest.mark.slow  # a fine-tuned model exported twice and converted: ~80 s on 2 cores
 def test_a_fine_tuned_bf16_model_exports_float32_unless_asked(tmp_path, capsys):
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
     from electra_tf.finetuning import runner
     from electra_tf.finetuning.config import FinetuningConfig
     from electra_tf.finetuning.encoding import TextEncoder

@@ -24,12 +24,13 @@ beam = import_extra("apache_beam", "beam")
 
 from apache_beam.io.localfilesystem import LocalFileSystem  # noqa: E402
 
-from electra_tf.data import beam_build, beam_runner  # noqa: E402
+from electra_tf.data.build import beam_build, beam_runner  # noqa: E402
+from electra_tf.data.build.build_config import BuildConfig  # noqa: E402
+from electra_tf.data.build.builder import build_dataset  # noqa: E402
+from electra_tf.data.text.corpus import ReadStats, list_corpus_files  # noqa: E402
+from electra_tf.data.text.formats import (InputSettings, iter_document_lines,  # noqa: E402
+                                          iter_documents)
 from electra_tf.errors import BuildError  # noqa: E402
-from electra_tf.data.build_config import BuildConfig  # noqa: E402
-from electra_tf.data.builder import build_dataset  # noqa: E402
-from electra_tf.data.corpus import ReadStats, list_corpus_files  # noqa: E402
-from electra_tf.data.formats import InputSettings, iter_document_lines, iter_documents  # noqa: E402
 from tests import pretraining_fixtures as fx  # noqa: E402
 
 REAL_CORPUS = os.path.join(fx.REPO_ROOT, "pretrain_data", "corpus")
@@ -217,7 +218,7 @@ def test_bad_input_error_is_the_local_builders_one_line_and_leaves_nothing(tmp_p
 
 
 def test_tokenizer_is_built_once_per_worker_not_per_file(tmp_path, monkeypatch):
-    from electra_tf.data import tokenization
+    from electra_tf.data.text import tokenization
 
     built = []
     original = tokenization.Tokenizer.__init__
@@ -291,7 +292,7 @@ def test_beam_shards_train_with_run_pretraining(builds, tmp_path):
 
 @pytest.mark.slow
 def test_learn_vocab_then_build_matches_the_local_builder(tmp_path):
-    pytest.importorskip("electra_tf.data.vocab_learning")
+    pytest.importorskip("electra_tf.data.text.vocab_learning")
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name, documents in zip(("a.txt", "b.txt"), real_documents(per_source=8).values()):
@@ -345,7 +346,7 @@ def test_counters_that_disagree_with_the_per_file_results_are_warned_about(build
     from apache_beam.metrics.execution import MetricKey, MetricResult
     from apache_beam.metrics.metricbase import MetricName
 
-    from electra_tf.data.beam_pipeline import COUNTER_NAMESPACE
+    from electra_tf.data.build.beam_pipeline import COUNTER_NAMESPACE
 
     on_beam = builds[3]
     values = dict(on_beam["runner"]["counters"]["values"], tokens=1)  # one counter off
@@ -365,7 +366,7 @@ def test_counters_that_disagree_with_the_per_file_results_are_warned_about(build
         pack=SimpleNamespace(tokenized_tokens=counts["tokenized_tokens"], splits={
             split: SimpleNamespace(examples=splits[split]["examples"]) for split in splits}),
         num_problems=counts["input_problems"])
-    with caplog.at_level("WARNING", logger="electra_tf.data.beam_build"):
+    with caplog.at_level("WARNING", logger="electra_tf.data.build.beam_build"):
         entry = beam_runner.runner_entry(beam, "DirectRunner", [], Result(), totals,
                                          counts["files"])
     assert entry["counters"] == {"kind": "committed", "values": dict(sorted(values.items()))}

@@ -15,18 +15,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import build_plan
-from electra_tf.data import builder as builder_lib
-from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.build import build_plan, builder as builder_lib
+from electra_tf.data.build.build_config import BuildConfig
+from electra_tf.data.build.builder import build_dataset
+from electra_tf.data.build.packing import derive_seed
+from electra_tf.data.build.split import document_key
+from electra_tf.data.records.tfrecord_io import (FEATURE_NAMES, parse_example, read_manifest,
+                                                 shard_paths)
+from electra_tf.data.text.corpus import CorpusError
 from electra_tf.errors import BuildError
-from electra_tf.data.builder import build_dataset
-from electra_tf.data.packing import derive_seed
-from electra_tf.data.split import document_key
-from electra_tf.data.corpus import CorpusError
-from electra_tf.data.tfrecord_io import FEATURE_NAMES, parse_example, read_manifest, shard_paths
 from electra_tf.vocab import load_vocab
-
 from tests.pretraining_fixtures import REPO_ROOT
+
 REAL_VOCAB = os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt")
 REAL_CORPUS = os.path.join(REPO_ROOT, "pretrain_data", "corpus")
 NUM_WORDS = 2000
@@ -205,9 +205,9 @@ def test_examples_are_the_per_file_packing_in_global_shuffle_key_order(tmp_path,
     # examples are then ordered by their shuffle key (seed, split, file, index in the file) and
     # cut into shards by key range: reading the shards in order gives every example once, in
     # key order.
-    from electra_tf.data.example_builder import ExampleBuilder
-    from electra_tf.data.shuffle import shard_of, shuffle_key
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.build.example_builder import ExampleBuilder
+    from electra_tf.data.build.shuffle import shard_of, shuffle_key
+    from electra_tf.data.text.tokenization import Tokenizer
 
     documents = write_corpus(tmp_path / "corpus", [30, 20, 25], seed=5)
     manifest, out = build(tmp_path, vocab_file, tmp_path / "corpus", eval_fraction=0.0, seed=9,
@@ -351,7 +351,7 @@ def test_warns_when_no_document_is_held_out(tmp_path, vocab_file, caplog):
 
 
 def test_junk_input_is_decoded_counted_and_completes(tmp_path, vocab_file, monkeypatch):
-    monkeypatch.setattr("electra_tf.data.corpus.MAX_LINE_BYTES", 1 << 16)  # keeps the test quick
+    monkeypatch.setattr("electra_tf.data.text.corpus.MAX_LINE_BYTES", 1 << 16)  # keeps the test quick
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "bom_crlf.txt").write_bytes(b"\xef\xbb\xbfw1 w2\r\nw3\r\n\r\nw4\r\n")
@@ -454,7 +454,7 @@ def test_default_paths_read_the_default_data_and_never_fetch(tmp_path, monkeypat
 
 
 def test_learn_vocab_writes_beside_output_and_refuses_to_clobber(tmp_path):
-    pytest.importorskip("electra_tf.data.vocab_learning")
+    pytest.importorskip("electra_tf.data.text.vocab_learning")
     write_corpus(tmp_path / "corpus", [30, 30])
     config = BuildConfig(corpus_dir=str(tmp_path / "corpus"), learn_vocab=300, max_seq_length=32,
                          output_dir=str(tmp_path / "data" / "pretrain_tfrecords"))
@@ -511,8 +511,8 @@ def test_peak_memory_is_bounded_with_a_10mb_line(tmp_path, vocab_file):
     script = textwrap.dedent(f"""
         import os, resource, sys
         sys.path.insert(0, {REPO_ROOT!r})
-        from electra_tf.data.build_config import BuildConfig
-        from electra_tf.data.builder import build_dataset
+        from electra_tf.data.build.build_config import BuildConfig
+        from electra_tf.data.build.builder import build_dataset
         def run(corpus, out):
             return build_dataset(BuildConfig(corpus_dir=corpus, vocab_file={vocab_file!r},
                                              output_dir=out, max_seq_length=32))

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from electra_tf.data.corpus import (CorpusError, ReadStats, decode_utf8, iter_line_batches,
+from electra_tf.data.text.corpus import (CorpusError, ReadStats, decode_utf8, iter_line_batches,
                                     list_corpus_files)
 from tests import pretraining_fixtures as fx
 
@@ -126,7 +126,7 @@ def test_memory_stays_bounded_on_a_large_file_with_a_10mb_line(tmp_path):
     script = textwrap.dedent(f"""
         import resource, sys
         sys.path.insert(0, {fx.REPO_ROOT!r})
-        from electra_tf.data.corpus import iter_line_batches, ReadStats
+        from electra_tf.data.text.corpus import iter_line_batches, ReadStats
         path = {str(tmp_path / "big.txt")!r}
         block = b"the quick brown fox jumps over the lazy dog\\n" * 20000
         with open(path, "wb") as f:

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from electra_tf.data.example_builder import ExampleBuilder, PackedExample, example_features
+from electra_tf.data.build.example_builder import ExampleBuilder, PackedExample, example_features
 
 CLS, SEP = 101, 102
 

@@ -15,11 +15,11 @@ import tarfile
 
 import pytest
 
-from electra_tf.data import formats
-from electra_tf.data.build_config import BuildConfig
+from electra_tf.data.text import formats
+from electra_tf.data.build.build_config import BuildConfig
 from electra_tf.errors import BuildError
-from electra_tf.data.builder import build_dataset
-from electra_tf.data.corpus import CorpusFile, ReadStats
+from electra_tf.data.build.builder import build_dataset
+from electra_tf.data.text.corpus import CorpusFile, ReadStats
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 NUM_WORDS = 300
@@ -333,7 +333,7 @@ def test_bad_input_error_stops_naming_file_and_line(tmp_path, vocab_file, mixed_
 
 def test_a_failing_write_leaves_no_temporaries(tmp_path, vocab_file, mixed_jsonl_corpus,
                                                monkeypatch):
-    from electra_tf.data import shuffle
+    from electra_tf.data.build import shuffle
 
     def full_disk(self, bucket):
         raise OSError(28, "No space left on device")
@@ -348,7 +348,7 @@ def test_a_failing_write_leaves_no_temporaries(tmp_path, vocab_file, mixed_jsonl
 
 def test_a_failed_write_advises_overwrite_only_when_a_rerun_needs_it(
         tmp_path, vocab_file, mixed_jsonl_corpus, monkeypatch):
-    from electra_tf.data import shuffle
+    from electra_tf.data.build import shuffle
 
     build(tmp_path, vocab_file, mixed_jsonl_corpus, "previous", input_format="jsonl")
     before = {n: (tmp_path / "previous" / n).read_bytes()

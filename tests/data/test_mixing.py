@@ -13,7 +13,7 @@ and read by the training pipeline; two epochs of batches must match a random dra
   distance of a batch from the global shares is within 12% of a simulated random draw's;
 * corpus-position spread: the mean within-batch standard deviation of corpus positions is within
   10% of a random permutation's (batches that follow the corpus order have a small fraction).
-(`electra_tf.data.mixing.mixing_statistics`; the last test shows the checks fail on batches in
+(`electra_tf.data.records.mixing.mixing_statistics`; the last test shows the checks fail on batches in
 corpus order, so they are not blind.)
 With one shard the stored order alone (read without any shuffle) must pass too.
 """
@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import mixing, pipeline
-from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.builder import build_dataset
+from electra_tf.data.records import mixing, pipeline
+from electra_tf.data.build.build_config import BuildConfig
+from electra_tf.data.build.builder import build_dataset
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 DOCS_PER_SOURCE = [4000, 2400, 1600, 1200, 800]  # unequal shares

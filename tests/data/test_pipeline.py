@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import integrity, pipeline, tfrecord_io
+from electra_tf.errors import DataError
+from electra_tf.data.records import integrity, pipeline, tfrecord_io
 from electra_tf.vocab import load_vocab
 from tests import pretraining_fixtures as fx
 
@@ -72,7 +73,7 @@ def test_validate_refuses_other_vocab_naming_the_manifest(dataset_dir, tmp_path)
     # Same size, different tokens: only the checksum can tell.
     other = load_vocab(fx.write_vocab(str(tmp_path / "other_vocab.txt"), fx.vocab_tokens(prefix="x")))
     assert other.size == fx.VOCAB_SIZE
-    with pytest.raises(integrity.DataError) as err:
+    with pytest.raises(DataError) as err:
         _validate(data_dir, out, vocab_sha256=other.sha256)
     message = str(err.value)
     assert os.path.join(out, "manifest.json") in message and "vocab" in message
@@ -81,7 +82,7 @@ def test_validate_refuses_other_vocab_naming_the_manifest(dataset_dir, tmp_path)
 
 def test_validate_refuses_other_max_seq_length_naming_the_manifest(dataset_dir):
     data_dir, out = dataset_dir
-    with pytest.raises(integrity.DataError) as err:
+    with pytest.raises(DataError) as err:
         _validate(data_dir, out, max_seq_length=64)
     message = str(err.value)
     assert os.path.join(out, "manifest.json") in message
@@ -92,7 +93,7 @@ def test_validate_refuses_stray_shard_not_in_manifest(dataset_dir):
     data_dir, out = dataset_dir
     stray = os.path.join(out, "pretrain_data.tfrecord-7-of-8")
     fx.write_records(stray, fx.random_examples(3, fx.MAX_SEQ_LENGTH, np.random.default_rng(1)))
-    with pytest.raises(integrity.DataError) as err:
+    with pytest.raises(DataError) as err:
         _validate(data_dir, out)
     assert stray in str(err.value) and "manifest.json" in str(err.value)
 
@@ -102,13 +103,13 @@ def test_validate_refuses_truncated_shard(dataset_dir):
     shard = os.path.join(out, "pretrain_data.tfrecord-0-of-2")
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) - 5)
-    with pytest.raises(integrity.DataError) as err:
+    with pytest.raises(DataError) as err:
         _validate(data_dir, out)
     assert shard in str(err.value)
 
 
 def test_validate_refuses_when_nothing_matches(tmp_path):
-    with pytest.raises(integrity.DataError) as err:
+    with pytest.raises(DataError) as err:
         integrity.validate_dataset(str(tmp_path / "nothing*"), max_seq_length=32,
                                   vocab_sha256="0" * 64, vocab_size=100)
     assert "nothing*" in str(err.value)

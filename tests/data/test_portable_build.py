@@ -16,14 +16,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data.build_config import BuildConfig, resolve_config
+from electra_tf.data.build.build_config import BuildConfig, resolve_config
+from electra_tf.data.build.builder import build_dataset
+from electra_tf.data.records.record_framing import RecordWriter
+from electra_tf.data.records.tfrecord_io import MANIFEST_NAME
 from electra_tf.errors import BuildError
-from electra_tf.data.builder import build_dataset
-from electra_tf.data.record_framing import RecordWriter
-from electra_tf.data.tfrecord_io import MANIFEST_NAME
-
-from tests import backends
-from tests import pretraining_fixtures as fx
+from tests import backends, pretraining_fixtures as fx
 from tests.data.test_tokenization import CASES, REAL_CORPUS, REAL_VOCAB, write_test_vocab
 from tests.spm_fixtures import write_corpus as write_spm_corpus
 
@@ -76,7 +74,7 @@ def vocabs(tmp_path_factory):
     directory = tmp_path_factory.mktemp("vocabs")
     wordpiece = (REAL_VOCAB if os.path.isfile(REAL_VOCAB)
                  else write_test_vocab(directory / "vocab.txt").path)
-    from electra_tf.data.spm_learning import learn_spm
+    from electra_tf.data.text.spm_learning import learn_spm
 
     corpus = write_spm_corpus(str(directory / "spm_corpus"))
     spm = learn_spm([corpus], 150, str(directory / "spm.model")).path
@@ -146,10 +144,10 @@ def test_without_tensorflow_the_tensorflow_tokenizer_and_learn_vocab_are_one_lin
 
 _WORKER = """
 import json
-from electra_tf.data.build_worker import FilePacker
+from electra_tf.data.build.build_worker import FilePacker
 from electra_tf.errors import BuildError
-from electra_tf.data.formats import InputSettings
-from electra_tf.data.packing import PackSettings
+from electra_tf.data.text.formats import InputSettings
+from electra_tf.data.build.packing import PackSettings
 from electra_tf.vocab import load_vocab
 vocab = load_vocab(json.loads(inp["args"].item())["vocab"])
 packer = FilePacker(vocab, True, True, InputSettings("text", True, "text"),

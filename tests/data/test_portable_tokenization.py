@@ -16,16 +16,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import portable_tokenization
-from electra_tf.data.basic_tokenizer import GraphBasicTokenizer
-from electra_tf.data.portable_tokenization import BasicTokenizer, PortableTokenizer
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text import portable_tokenization
+from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.text.portable_tokenization import BasicTokenizer, PortableTokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.vocab import load_vocab
-
 from tests import backends
 from tests.data.test_tokenization import (CASES, REAL_CORPUS, SETTINGS, SpecFullTokenizer,
-                                          _every_code_point_sample, get_tokenizer, real_vocab,
-                                          rows, spec_basic_tokenize, test_vocab)
+                                          _every_code_point_sample, get_tokenizer, real_vocab, rows,
+                                          spec_basic_tokenize, test_vocab)
 from tests.spm_fixtures import SAMPLE_TEXTS, write_corpus
 
 assert real_vocab and test_vocab  # fixtures, used by name
@@ -162,7 +161,7 @@ def test_encode_batch_api(test_vocab):
 @pytest.fixture(scope="module")
 def spm_vocab(tmp_path_factory):
     pytest.importorskip("sentencepiece")
-    from electra_tf.data.spm_learning import learn_spm
+    from electra_tf.data.text.spm_learning import learn_spm
 
     corpus = write_corpus(str(tmp_path_factory.mktemp("spm_corpus")))
     return learn_spm([corpus], 150, str(tmp_path_factory.mktemp("spm") / "spm.model"))
@@ -177,7 +176,7 @@ def test_sentencepiece_equals_tensorflow(spm_vocab):
 
 _CHILD = """
 import json
-from electra_tf.data.portable_tokenization import PortableTokenizer
+from electra_tf.data.text.portable_tokenization import PortableTokenizer
 from electra_tf.vocab import load_vocab
 args = json.loads(inp["args"].item())
 for name, path in (("wordpiece", args["vocab"]), ("sentencepiece", args["spm"])):

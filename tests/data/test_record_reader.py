@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import (example_decoding, integrity, order, pipeline, record_crc,
-                             record_framing, record_reader, record_scan, tfrecord_io)
-from electra_tf.data.example_builder import PackedExample
-from tests import backends
-from tests import pretraining_fixtures as fx
+from electra_tf.data.build.example_builder import PackedExample
+from electra_tf.data.records import (example_decoding, integrity, order, pipeline, record_crc,
+                                     record_framing, record_reader, record_scan, tfrecord_io)
+from electra_tf.errors import DataError
+from tests import backends, pretraining_fixtures as fx
 
 L = 8  # sequence length of the test records
 WINDOW = order.RECORD_SHUFFLE_WINDOW
@@ -422,7 +422,7 @@ def test_damaged_record_stops_both_at_the_same_batch_naming_it(tmp_path, damage,
     assert isinstance(tf_error, tf.errors.DataLossError)
     actual, error = _batches_until_error(_reader(pattern, prefetch=2, **args))
     _assert_same(expected, actual)
-    assert isinstance(error, integrity.DataError)
+    assert isinstance(error, DataError)
     assert f"{shard}: corrupted or truncated TFRecord file at record #123 " \
            f"(byte {offsets[123]}" in str(error)
     # The trainer's error path names the same file.
@@ -498,7 +498,7 @@ def test_skip_bad_records_plan_drives_the_reader_like_the_tf_pipeline(tmp_path):
 _CHILD = """
 import json
 assert sys.modules.get("tensorflow") is None
-from electra_tf.data import integrity, record_reader
+from electra_tf.data.records import integrity, record_reader
 args = json.loads(inp["args"].item())
 summary = integrity.validate_dataset(args["pattern"], max_seq_length=args["L"],
                                      vocab_sha256=args["sha"], vocab_size=args["vocab_size"],
@@ -517,7 +517,7 @@ for split, training in (("train", True), ("eval", False)):
     out[f"{split}_state"] = state
 try:
     integrity.verify_records(sorted(summary["record_plan"]), max_seq_length=args["L"])
-except integrity.DataError as e:
+except DataError as e:
     out["verify_error"] = str(e)
 assert "tensorflow" not in [m.split(".")[0] for m in sys.modules if sys.modules[m] is not None]
 """

@@ -16,9 +16,9 @@ from tests.extras import import_extra
 
 beam = import_extra("apache_beam", "beam")
 
-from electra_tf.data import beam_build  # noqa: E402
-from electra_tf.data.build_config import BuildConfig  # noqa: E402
-from electra_tf.data.builder import build_dataset  # noqa: E402
+from electra_tf.data.build import beam_build  # noqa: E402
+from electra_tf.data.build.build_config import BuildConfig  # noqa: E402
+from electra_tf.data.build.builder import build_dataset  # noqa: E402
 from tests import fault_fixtures as faults  # noqa: E402
 from tests import pretraining_fixtures as fx  # noqa: E402
 from tests.data.test_reliability_input import _tar_bytes, _text  # noqa: E402

@@ -18,8 +18,9 @@ import time
 
 import pytest
 
+from electra_tf.errors import DataError
 from electra_tf import locking
-from electra_tf.data import integrity
+from electra_tf.data.records import integrity
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 from tests.test_locking import wait_for_holder
@@ -98,7 +99,7 @@ def test_sigkill_mid_build_then_rerun_never_mixes_shards(inputs):
     assert locking.read_holder(killed_out)["pid"] == proc.pid  # its lock file, now stale
 
     # The trainer refuses the half-built directory.
-    with pytest.raises(integrity.DataError, match="interrupted dataset build"):
+    with pytest.raises(DataError, match="interrupted dataset build"):
         integrity.validate_dataset(os.path.join(killed_out, "pretrain_data.tfrecord*") + ","
                                   + os.path.join(killed_out, ".partial-*"),
                                   max_seq_length=32, vocab_sha256="", vocab_size=100)
@@ -141,7 +142,7 @@ def test_second_builder_on_the_same_output_dir_stops_naming_the_first(inputs):
         first.send_signal(signal.SIGSTOP)  # holds its lock, mid-build, until SIGCONT
         second = subprocess.run(_command(inputs, out, "--overwrite"), env=fx.subprocess_env(),
                                 cwd=fx.REPO_ROOT, capture_output=True, text=True, timeout=TIMEOUT)
-        with pytest.raises(integrity.DataError, match=f"being written right now by pid {first.pid}"):
+        with pytest.raises(DataError, match=f"being written right now by pid {first.pid}"):
             integrity.validate_dataset(os.path.join(out, "pretrain_data.tfrecord*") + ","
                                       + os.path.join(out, ".partial-*"),
                                       max_seq_length=32, vocab_sha256="", vocab_size=100)

@@ -13,9 +13,9 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from electra_tf.data.example_builder import ExampleBuilder, example_features
-from electra_tf.data.tfrecord_io import ExampleSerializer, parse_example
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.build.example_builder import ExampleBuilder, example_features
+from electra_tf.data.records.tfrecord_io import ExampleSerializer, parse_example
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.vocab import load_vocab
 from tests import pretraining_fixtures as fx
 

@@ -30,11 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import build_pretraining_dataset
-from electra_tf.data import formats
-from electra_tf.data.build_worker import FilePacker
+from electra_tf.data.text import formats
+from electra_tf.data.build.build_worker import FilePacker
 from electra_tf.errors import BuildError
-from electra_tf.data.corpus import CorpusFile, ReadStats
-from electra_tf.data.packing import PackSettings, PackStats
+from electra_tf.data.text.corpus import CorpusFile, ReadStats
+from electra_tf.data.build.packing import PackSettings, PackStats
 from electra_tf.vocab import load_vocab
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
@@ -244,8 +244,8 @@ def test_no_tokenizable_text_names_the_recorded_cause(vocab, tmp_path, capsys):
 
 
 def test_learn_vocab_refuses_compressed_content_whatever_its_name(tmp_path):
-    from electra_tf.data.build_config import BuildConfig
-    from electra_tf.data.builder import build_dataset
+    from electra_tf.data.build.build_config import BuildConfig
+    from electra_tf.data.build.builder import build_dataset
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -9,9 +9,8 @@ import sys
 
 import pytest
 
-from electra_tf.data import build_config
-from electra_tf.data import builder as builder_lib
-from electra_tf.data.corpus import CorpusError, list_corpus_files
+from electra_tf.data.build import build_config, builder as builder_lib
+from electra_tf.data.text.corpus import CorpusError, list_corpus_files
 from electra_tf.errors import BuildError, shown_path
 from tests.pretraining_fixtures import REPO_ROOT, subprocess_env
 

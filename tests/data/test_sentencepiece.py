@@ -9,15 +9,14 @@ import pytest
 pytest.importorskip("sentencepiece")
 import sentencepiece  # noqa: E402
 
-from electra_tf.data.build_config import BuildConfig, resolve_config  # noqa: E402
+from electra_tf.data.build.build_config import BuildConfig, resolve_config  # noqa: E402
+from electra_tf.data.build.builder import build_dataset  # noqa: E402
+from electra_tf.data.records.integrity import validate_dataset  # noqa: E402
+from electra_tf.data.text.spm_learning import learn_spm  # noqa: E402
+from electra_tf.data.text.tokenization import Tokenizer  # noqa: E402
 from electra_tf.errors import BuildError  # noqa: E402
-from electra_tf.data.builder import build_dataset  # noqa: E402
-from electra_tf.data.integrity import validate_dataset  # noqa: E402
-from electra_tf.data.spm_learning import learn_spm  # noqa: E402
-from electra_tf.data.tokenization import Tokenizer  # noqa: E402
 from electra_tf.errors import DataError, ElectraError  # noqa: E402
 from electra_tf.vocab import VocabError, load_vocab  # noqa: E402
-
 from tests.spm_fixtures import SAMPLE_TEXTS, train_model, write_corpus  # noqa: E402
 
 
@@ -139,8 +138,7 @@ def test_flag_errors(corpus, tmp_path):
 
 def test_cli_flags_reach_the_config_and_help(learned):
     from electra_tf.commands import build_dataset as command
-    from electra_tf.commands.finetune import build_parser as finetune_parser
-    from electra_tf.commands.finetune import with_spm_model
+    from electra_tf.commands.finetune import build_parser as finetune_parser, with_spm_model
 
     args, _ = command.parse_args(["--spm-model", "m.model", "--learn-spm", "300"])
     settings = vars(args)

@@ -6,8 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from electra_tf.data import shuffle
-from electra_tf.data.shuffle import BucketLayout, BucketWriter, SortedRun
+from electra_tf.data.build import shuffle
+from electra_tf.data.build.shuffle import BucketLayout, BucketWriter, SortedRun
 
 
 def test_keys_are_pure_distinct_and_uniform():

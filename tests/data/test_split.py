@@ -5,7 +5,7 @@ import random
 import numpy as np
 import pytest
 
-from electra_tf.data.split import (SHARE_TOLERANCE, SPLIT_RULE_VERSION, FileSurvey,
+from electra_tf.data.build.split import (SHARE_TOLERANCE, SPLIT_RULE_VERSION, FileSurvey,
                                    document_key, plan_split, select_held_out, split_warning,
                                    survey_file)
 

@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from electra_tf.data.build_config import BuildConfig
-from electra_tf.data.builder import build_dataset
-from electra_tf.data.integrity import validate_dataset
-from electra_tf.data.split import SHARE_TOLERANCE, document_key
+from electra_tf.data.build.build_config import BuildConfig
+from electra_tf.data.build.builder import build_dataset
+from electra_tf.data.records.integrity import validate_dataset
+from electra_tf.data.build.split import SHARE_TOLERANCE, document_key
 from electra_tf.vocab import load_vocab
 from tests.data.test_builder import SPECIALS, read_split, write_vocab
 
@@ -138,12 +138,12 @@ def test_a_manifest_without_the_split_entry_still_verifies(builds, tmp_path):
 
 
 def test_a_file_that_changed_since_its_survey_fails_naming_it(builds, tmp_path):
-    from electra_tf.data.build_worker import FilePacker
+    from electra_tf.data.build.build_worker import FilePacker
     from electra_tf.errors import BuildError
-    from electra_tf.data.corpus import CorpusFile, ReadStats
-    from electra_tf.data.formats import InputSettings
-    from electra_tf.data.packing import PackSettings, PackStats
-    from electra_tf.data.split import FileSplit
+    from electra_tf.data.text.corpus import CorpusFile, ReadStats
+    from electra_tf.data.text.formats import InputSettings
+    from electra_tf.data.build.packing import PackSettings, PackStats
+    from electra_tf.data.build.split import FileSplit
 
     vocab = load_vocab(builds[0])
     packer = FilePacker(vocab, True, True, InputSettings(),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data.example_builder import PackedExample, example_features
-from electra_tf.data.tfrecord_io import (FEATURE_NAMES, ExampleSerializer, ManifestError,
+from electra_tf.data.build.example_builder import PackedExample, example_features
+from electra_tf.data.records.tfrecord_io import (FEATURE_NAMES, ExampleSerializer, ManifestError,
                                          check_manifest, make_tf_example, parse_example,
                                          read_manifest, shard_name, shard_paths)
 

@@ -21,9 +21,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
-from electra_tf.data.basic_tokenizer import GraphBasicTokenizer
-from electra_tf.data.tokenization import MAX_INPUT_CHARS_PER_WORD, Tokenizer
-from electra_tf.data.unicode_tables import unicode_tables
+from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.text.tokenization import MAX_INPUT_CHARS_PER_WORD, Tokenizer
+from electra_tf.data.text.unicode_tables import unicode_tables
 from electra_tf.vocab import load_vocab
 
 from tests.pretraining_fixtures import REPO_ROOT

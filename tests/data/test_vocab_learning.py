@@ -6,10 +6,10 @@ import random
 import numpy as np
 import pytest
 
-from electra_tf.data import vocab_learning
-from electra_tf.data.tokenization import Tokenizer
-from electra_tf.data.vocab_learning import (BERT_LAYOUT_MIN_VOCAB_SIZE, count_words, learn_vocab,
-                                            special_layout)
+from electra_tf.data.text import vocab_learning
+from electra_tf.data.text.tokenization import Tokenizer
+from electra_tf.data.text.vocab_learning import (BERT_LAYOUT_MIN_VOCAB_SIZE, count_words,
+                                                 learn_vocab, special_layout)
 
 STEMS = ("the of and to in is was for that with as by on from at his which an are were it "
          "computer language program system data network memory function number value process "

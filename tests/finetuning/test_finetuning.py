@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning import metrics
 from electra_tf.finetuning.classification.data import load_task
 from electra_tf.finetuning.config import FinetuningConfig
@@ -17,7 +17,7 @@ from electra_tf.finetuning.encoding import (TextEncoder, truncate_seq_pair_refer
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.optimization import check_covered, layerwise_lr_multipliers
 from electra_tf.finetuning.task_files import DataFileError, read_rows
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.vocab import REQUIRED_TOKENS, load_vocab
 

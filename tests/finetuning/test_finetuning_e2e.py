@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.encoding import TextEncoder

@@ -21,7 +21,7 @@ from electra_tf.finetuning.tagging.metrics import entity_f1, token_accuracy
 from electra_tf.finetuning.tagging.serving import EntityDecoder, TaggingEncoder, tagging_serving
 from electra_tf.finetuning.task import ScoreContext
 from electra_tf.finetuning.task_files import DataFileError
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from tests.finetuning.test_finetuning_tagging import assert_encoded_like_features
 from tests.finetuning_fixtures import tiny_pretrained, tokenizer_for, write_vocab
 

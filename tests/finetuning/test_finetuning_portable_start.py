@@ -24,7 +24,7 @@ _JAX_RUN = """
 import os, shutil
 import keras
 from electra_tf.config import PretrainingConfig
-from electra_tf.training import portable_checkpoint
+from electra_tf.training import npz_checkpoint
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import load_vocab
 
@@ -40,7 +40,7 @@ model.build_from_sequence_length()
 os.makedirs(config.model_dir)
 config.save(os.path.join(config.model_dir, "config.json"))
 shutil.copyfile(vocab_path, os.path.join(config.model_dir, "vocab.txt"))
-portable_checkpoint.save(config.model_dir, int(inp["step"]), model, None, None, None)
+npz_checkpoint.save(config.model_dir, int(inp["step"]), model, None, None, None)
 for i, w in enumerate(model.exported_discriminator().get_weights()):
     out[f"w{i}"] = w
 """

@@ -14,7 +14,7 @@ from electra_tf.finetuning.config import FinetuningConfig
 from electra_tf.finetuning.registry import OFFICIAL_TASKS, build_task, task_family
 from electra_tf.finetuning.task import FeatureSpec, FinetuningTask
 from electra_tf.finetuning.task_files import DataFileError
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 
 
 def _config(tmp_path, **hparams):

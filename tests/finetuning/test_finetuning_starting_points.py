@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from electra_tf.finetuning import runner
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.training import graph_leaks
+from electra_tf.training.tf import graph_leaks
 from tests.finetuning_fixtures import REAL_VOCAB, corpus_tasks_dir, need_real_data, tiny_pretrained
 
 pytestmark = pytest.mark.slow

@@ -173,7 +173,7 @@ def assert_encoded_like_features(graph, python, num_sentences: int) -> None:
 
 def test_serving_features_equal_the_training_features_on_real_text(tmp_path):
     need_real_data()
-    from electra_tf.data.tokenization import Tokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
 
     tokenizer = Tokenizer(load_vocab(REAL_VOCAB))
     sentences = []

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.model_config import get_bert_config, get_generator_config
+from electra_tf.config.model_config import get_bert_config, get_generator_config
 from electra_tf.modeling.embeddings import get_activation
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import DiscriminatorHead, GeneratorHead

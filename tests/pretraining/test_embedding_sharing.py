@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.modeling.embeddings import DELTA_NAMES, DisentangledEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from tests.pretraining.test_pretrainer import NO_DROPOUT, SEED, batch, make_model, run, tiny_config

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 import pytest
 
-from electra_tf import hparam_checks
+from electra_tf.config import hparam_checks
 from electra_tf.pretraining import masking
 from electra_tf.pretraining.layers import ElectraMasking
 from electra_tf.pretraining.masking import MaskingOptions

@@ -145,7 +145,7 @@ def test_build_then_refuse_then_overwrite(inputs):
 
 
 def test_learn_vocab_too_small(inputs):
-    pytest.importorskip("electra_tf.data.vocab_learning")
+    pytest.importorskip("electra_tf.data.text.vocab_learning")
     result = run_cli("--corpus-dir", inputs["corpus"], "--output-dir", inputs["out"],
                      "--learn-vocab", "3")  # would write <tmp>/vocab.txt, which exists
     assert_one_line_error(result, "vocab.txt exists", "--overwrite")

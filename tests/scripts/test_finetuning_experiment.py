@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.model_config import get_bert_config, get_generator_config
+from electra_tf.config.model_config import get_bert_config, get_generator_config
 from tests import pretraining_fixtures as fx
 
 sys.path.insert(0, os.path.join(fx.REPO_ROOT, "experiments"))

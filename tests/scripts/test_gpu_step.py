@@ -61,7 +61,7 @@ def test_torch_peer_has_electra_tf_sizes():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from benchmarks.torch_electra import TorchElectra
-    from electra_tf.model_config import get_bert_config, get_generator_config
+    from electra_tf.config.model_config import get_bert_config, get_generator_config
 
     config = gpu_step.pretraining_config("small", "float32", 4, smoke=True)
     peer = TorchElectra.from_pretraining_config(config, gpu_step.SPECIAL, seed=3)

@@ -17,7 +17,7 @@ import run_pretraining
 from electra_tf import cli
 from electra_tf.commands import pretrain
 from electra_tf.config import HPARAM_NAMES, PretrainingConfig
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from tests import pretraining_fixtures as fx
 
 SUBPROCESS_TIMEOUT = 180
@@ -171,7 +171,7 @@ def _checkpoint_step(model_dir):
 
 
 def test_overwrite_starts_afresh(capsys, data_dir, caplog):
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     # An existing run at step 0 (config.json, vocab copy, checkpoint), made without training.
     old = trainer_lib.Trainer(fx.tiny_config(data_dir, "ow", num_train_steps=5))
@@ -281,7 +281,7 @@ def test_sigkill_mid_training_then_restart_reaches_num_train_steps(data_dir):
     # The final checkpoint is valid and loadable: a new run restores it at num_train_steps.
     reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(model_dir))
     assert int(reader.get_tensor("optimizer/_iterations/.ATTRIBUTES/VARIABLE_VALUE")) == steps
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     restored = trainer_lib.Trainer(PretrainingConfig.create("killed", data_dir, hparams))
     assert restored.step == steps

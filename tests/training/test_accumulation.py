@@ -1,7 +1,7 @@
 """Gradient accumulation: k micro-batches give the update of one k-times-larger batch.
 
 `gradient_accumulation_steps = k` keeps `train_batch_size` the batch of one update and runs it in
-k micro-batches (`training/accumulation.py`). The reference is the same config with k = 1. The
+k micro-batches (`training/tf/accumulation.py`). The reference is the same config with k = 1. The
 path includes the official global-norm clip (the gradient norm is > 1 here, so it clips) and
 AdamWeightDecay's decoupled weight decay (rate and learning rate raised so that applying it per
 micro-batch would move the weights far beyond the tolerance). Dropout is off: a different batch
@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.training import keras_fit, train_step
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import keras_fit, train_step, trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 from tests.pretraining.test_pretrainer import batch, make_model
 from tests.training.test_keras_fit import STEPS, config_for, fit_model, loop_run, max_difference

@@ -60,7 +60,7 @@ def test_no_warning_where_the_updates_follow_the_schedule(hparams):
 
 
 def test_the_trainers_warn_once_per_run(tmp_path, caplog):
-    from electra_tf.training.trainer import Trainer
+    from electra_tf.training.tf.trainer import Trainer
     from tests.pretraining_fixtures import tiny_config, write_dataset
 
     write_dataset(str(tmp_path))

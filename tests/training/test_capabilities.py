@@ -128,7 +128,8 @@ def test_a_frozen_generator_start_without_tensorflow(data_dir, backend, kind):
         import json
         import numpy as np
         from electra_tf.config import PretrainingConfig
-        from electra_tf.training import portable_trainer, run_dir
+        from electra_tf.training import run_dir
+        from electra_tf.training.portable import trainer as portable_trainer
 
         def same(a, b):
             return len(a) == len(b) > 0 and all(np.array_equal(x, y) for x, y in zip(a, b))
@@ -191,7 +192,7 @@ def test_the_jax_run_traces_steps(data_dir):
     backends.run_on_backend("jax", f"""
         import json
         from electra_tf.config import PretrainingConfig
-        from electra_tf.training import portable_trainer
+        from electra_tf.training.portable import trainer as portable_trainer
 
         portable_trainer.run(PretrainingConfig.from_dict(json.loads({config.to_json()!r})),
                              profile_steps=2)

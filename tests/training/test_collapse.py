@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training import collapse, summaries
 from tests import backends
 from tests import pretraining_fixtures as fx
@@ -261,7 +261,7 @@ def _warned_at(warnings):
 
 @pytest.mark.usefixtures("float32_policy")
 def test_tensorflow_trainer_warns_once_and_records_a_forced_collapse(data_dir, logs):
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     config = PretrainingConfig.create("collapse_tf", data_dir, FORCED)
     with trainer_lib.Trainer(config) as trainer:

@@ -1,5 +1,5 @@
-"""`decoupled_optimizers` in Keras `fit()` (issue 34): on TensorFlow (training/keras_fit.py) and
-JAX (training/portable_fit.py) the generator's variables move at the generator's rate (0 here:
+"""`decoupled_optimizers` in Keras `fit()` (issue 34): on TensorFlow (training/tf/keras_fit.py) and
+JAX (training/portable/fit.py) the generator's variables move at the generator's rate (0 here:
 they stay put) while the discriminator's move, a fit() split in two equals one fit(), and
 gradient accumulation gives the whole batch's update."""
 

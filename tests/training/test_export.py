@@ -15,11 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data.tokenization import Tokenizer
-from electra_tf.training import export as export_lib
-from electra_tf.training import hub
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.training import run_dir
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import export as export_lib, hub, trainer as trainer_lib
 from electra_tf.vocab import load_vocab
 from tests import pretraining_fixtures as fx
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from electra_tf.convert import hf, names
-from electra_tf.hparams import ConfigError
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.config.hparams import ConfigError
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 from tests.training.test_trainer import _state
 

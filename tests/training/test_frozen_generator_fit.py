@@ -1,5 +1,5 @@
 """A frozen generator with the temperature curriculum in Keras `fit()` (issue 34): on TensorFlow
-(training/keras_fit.py) and JAX (training/portable_fit.py) the generator's weights stay bit for
+(training/tf/keras_fit.py) and JAX (training/portable/fit.py) the generator's weights stay bit for
 bit, the discriminator trains, the curriculum changes what it trains on, and a fit() split in two
 equals one fit() (the temperature follows the optimizer's step, not the call)."""
 

@@ -14,8 +14,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import func_graph
 
-from electra_tf.training import graph_leaks
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import graph_leaks, trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")  # conftest

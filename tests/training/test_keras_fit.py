@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import pipeline
+from electra_tf.data.records import pipeline
 from electra_tf.pretraining.metrics import METRIC_NAMES
-from electra_tf.training import keras_fit, optimization
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training import optimization
 from electra_tf.training.pretrainer import ElectraPretrainer
+from electra_tf.training.tf import keras_fit, trainer as trainer_lib
 from electra_tf.vocab import load_vocab
 from tests import pretraining_fixtures as fx
 

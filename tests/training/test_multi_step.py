@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
-from electra_tf.training import portable_support
+from electra_tf.config.hparams import ConfigError
+from electra_tf.training.portable import support as portable_support
 from tests import backends
 from tests.training.test_portable_fit import CONFIG, SEQ, SPECIAL, VOCAB
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training import optimization
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from electra_tf.training.optimizers import AdamWeightDecay
 from electra_tf.training.pretrainer import ElectraPretrainer
 from tests import pretraining_fixtures as fx

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training import optimization
-from electra_tf.training.trainer import Trainer
+from electra_tf.training.tf.trainer import Trainer
 from tests.pretraining_fixtures import read_scalars, tiny_config, write_dataset
 
 

@@ -9,9 +9,8 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
-from electra_tf.training import optimization as opt_lib
-from electra_tf.training import optimizers
+from electra_tf.config.hparams import ConfigError
+from electra_tf.training import optimization as opt_lib, optimizers
 
 # The official constants as the float32 values TensorFlow computes with (1 - float32(0.999)
 # differs from 0.001 by 1.3e-5 relative), so the float64 references below can be tight.

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.training import optimization, optimizers, tf_update
+from electra_tf.training import optimization, optimizers
+from electra_tf.training.tf import update as tf_update
 from tests import backends
 from tests.training import optimizer_steps as steps
 

@@ -1,4 +1,4 @@
-"""ElectraPretrainer.fit() / evaluate() on JAX and PyTorch (training/portable_fit.py): gradient
+"""ElectraPretrainer.fit() / evaluate() on JAX and PyTorch (training/portable/fit.py): gradient
 accumulation gives the whole batch's update, the step seed follows the optimizer's step (a fit()
 split in two equals one fit()), evaluation repeats itself."""
 

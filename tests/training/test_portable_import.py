@@ -28,12 +28,11 @@ import pytest
 from electra_tf.config import PretrainingConfig
 from electra_tf.convert import google
 from electra_tf.errors import TrainingError
-from electra_tf.training import checkpoint_files, portable_checkpoint, portable_resume, run_dir
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training import checkpoint_files, npz_checkpoint, run_dir
+from electra_tf.training.portable import resume as portable_resume
+from electra_tf.training.tf import trainer as trainer_lib
 from electra_tf.vocab import load_vocab
-from tests import backends
-from tests import convert_fixtures as cf
-from tests import pretraining_fixtures as fx
+from tests import backends, convert_fixtures as cf, pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")
 
@@ -87,7 +86,7 @@ def test_an_import_starts_a_run_on_any_backend_but_a_run_resumes_on_its_own(data
     # Once the JAX run has saved, the TensorFlow trainer refuses it (the formats differ).
     shutil.copy(os.path.join(model_dir, checkpoint_files.INIT_CHECKPOINT_DIR,
                              checkpoint_files.INIT_PORTABLE_NAME),
-                os.path.join(model_dir, portable_checkpoint.file_name(IMPORTED_STEP + 1)))
+                os.path.join(model_dir, npz_checkpoint.file_name(IMPORTED_STEP + 1)))
     tf_config = _config(data_dir, "switch", imported)
     with pytest.raises(TrainingError, match="holds a run trained with --backend jax"):
         run_dir.prepare(tf_config, tf_config.vocab_file, vocab.sha256, write=True)
@@ -161,5 +160,5 @@ def test_continuing_an_import_gives_the_tensorflow_trainers_losses(data_dir, imp
     for key in EVAL_KEYS:
         assert results[key] == pytest.approx(reference["eval"][key], rel=1e-4), key
     # The run's own checkpoint from now on (no step-0 save: it started at the imported step).
-    assert portable_checkpoint.checkpoints(model_dir) == [
-        portable_checkpoint.path_for(model_dir, IMPORTED_STEP + STEPS)]
+    assert npz_checkpoint.checkpoints(model_dir) == [
+        npz_checkpoint.path_for(model_dir, IMPORTED_STEP + STEPS)]

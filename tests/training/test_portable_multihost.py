@@ -25,10 +25,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from electra_tf.training import hosts, portable_checkpoint
-from tests import backends
-from tests import fault_fixtures as faults
-from tests import pretraining_fixtures as fx
+from electra_tf.training import npz_checkpoint
+from electra_tf.training.portable import hosts
+from tests import backends, fault_fixtures as faults, pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")
 
@@ -109,7 +108,8 @@ def two_hosts(data_dir, tmp_path_factory):
 _ONE_PROCESS = """
 import json
 from electra_tf.config import PretrainingConfig
-from electra_tf.training import hosts, portable_checkpoint, portable_resume, portable_trainer
+from electra_tf.training import npz_checkpoint
+from electra_tf.training.portable import hosts, resume as portable_resume, trainer as portable_trainer
 
 
 class Union:
@@ -154,7 +154,8 @@ def _one_process(data_dir):
 def test_each_host_reads_what_the_tensorflow_worker_of_its_index_reads(data_dir):
     import tensorflow as tf
 
-    from electra_tf.training import inputs, portable_resume
+    from electra_tf.training.portable import resume as portable_resume
+    from electra_tf.training.tf import inputs
 
     config = fx.tiny_config(data_dir, "split", **HPARAMS)
     for index in range(2):
@@ -220,7 +221,7 @@ def test_host_0_alone_writes_the_run_with_both_hosts_positions(data_dir, two_hos
     assert len([n for n in names if n.startswith("events.out.tfevents")]) == 1
     assert len(os.listdir(os.path.join(model_dir, "eval"))) == 1
     assert "saved checkpoint" not in two_hosts["logs"][1]
-    meta = portable_checkpoint.read_meta(os.path.join(model_dir, "ckpt-4.npz"))
+    meta = npz_checkpoint.read_meta(os.path.join(model_dir, "ckpt-4.npz"))
     states = meta["data_state"]["hosts"]
     assert len(states) == 2 and states[0] != states[1]
     # Both hosts evaluated the same global batches.

@@ -27,8 +27,8 @@ import time
 import numpy as np
 import pytest
 
-from electra_tf.training import portable_checkpoint
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training import npz_checkpoint
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import backends
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
@@ -54,7 +54,7 @@ def reference(data_dir):
     config = fx.tiny_config(data_dir, "tf", **HPARAMS)
     start = os.path.join(data_dir, "start")
     with trainer_lib.Trainer(config) as trainer:
-        portable_checkpoint.save(start, 0, trainer.model, trainer.optimizer, None, None)
+        npz_checkpoint.save(start, 0, trainer.model, trainer.optimizer, None, None)
         trainer.train()
         eval_results = trainer.evaluate()
         fingerprint = trainer.weights_fingerprint()

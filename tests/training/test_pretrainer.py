@@ -3,7 +3,7 @@ kept out of the model's own package (issue 36, item 1)."""
 
 import keras
 
-from electra_tf.pretraining.pretrainer import PretrainingModel
+from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.training.pretrainer import ElectraPretrainer
 from tests.pretraining.test_pretrainer import SPECIAL, tiny_config
 

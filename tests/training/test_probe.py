@@ -7,14 +7,12 @@ import os
 import numpy as np
 import pytest
 
-from electra_tf import probe_settings
-from electra_tf.config import PretrainingConfig
-from electra_tf.finetuning.task_files import DataFileError
-from electra_tf.hparams import ConfigError
+from electra_tf.config import PretrainingConfig, probe_settings
+from electra_tf.config.hparams import ConfigError
 from electra_tf.finetuning import linear_probe, probe
-from electra_tf.training import trainer as trainer_lib
-from tests import backends
-from tests import pretraining_fixtures as fx
+from electra_tf.finetuning.task_files import DataFileError
+from electra_tf.training.tf import trainer as trainer_lib
+from tests import backends, pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")
 
@@ -263,7 +261,7 @@ def test_the_jax_trainer_logs_the_probe_too(data_dir, task_dir):
         import json
         from electra_tf.config import PretrainingConfig
         from electra_tf.finetuning import probe
-        from electra_tf.training import portable_trainer
+        from electra_tf.training.portable import trainer as portable_trainer
         results = portable_trainer.run(PretrainingConfig.from_dict(json.loads({config.to_json()!r})),
                                        observers=probe.for_run)
         out["steps"] = [r["step"] for r in results["probe"]]

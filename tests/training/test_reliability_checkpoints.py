@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training import checkpoint_files
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 

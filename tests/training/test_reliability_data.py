@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import integrity, pipeline, tfrecord_io
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.errors import DataError
+from electra_tf.data.records import integrity, pipeline, tfrecord_io
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 
@@ -40,7 +41,7 @@ def _garble(path):
 def test_garbled_shard_is_refused_at_start_with_verify(tmp_path):
     data_dir, shard = _dataset(tmp_path, "garbled")
     _garble(shard)
-    with pytest.raises(integrity.DataError, match=rf"{shard}: corrupted or truncated TFRecord"):
+    with pytest.raises(DataError, match=rf"{shard}: corrupted or truncated TFRecord"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
     assert not os.path.exists(os.path.join(data_dir, "models"))  # refused before writing
 
@@ -59,11 +60,11 @@ def test_truncated_shard_is_refused_at_start(tmp_path):
     data_dir, shard = _dataset(tmp_path, "truncated")
     with open(shard, "r+b") as f:
         f.truncate(os.path.getsize(shard) - 100)
-    with pytest.raises(integrity.DataError, match=os.path.basename(shard)):
+    with pytest.raises(DataError, match=os.path.basename(shard)):
         trainer_lib.Trainer(fx.tiny_config(data_dir))
     # Without a manifest (data from another tool), verify still names the file.
     os.remove(os.path.join(os.path.dirname(shard), tfrecord_io.MANIFEST_NAME))
-    with pytest.raises(integrity.DataError, match=rf"{shard}: corrupted or truncated"):
+    with pytest.raises(DataError, match=rf"{shard}: corrupted or truncated"):
         integrity.validate_dataset(os.path.join(os.path.dirname(shard), "pretrain_data.tfrecord*"),
                                   max_seq_length=fx.MAX_SEQ_LENGTH, vocab_sha256="", vocab_size=100,
                                   verify=True)
@@ -94,7 +95,7 @@ def test_wrong_feature_name_is_refused_naming_the_file(tmp_path):
         return example
 
     _rewrite_shard(shard, rename)
-    with pytest.raises(integrity.DataError, match=rf"{shard}: .*segment_ids of length 32"):
+    with pytest.raises(DataError, match=rf"{shard}: .*segment_ids of length 32"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -107,7 +108,7 @@ def test_wrong_feature_length_is_refused_naming_the_file(tmp_path):
         return example
 
     _rewrite_shard(shard, shorten)
-    with pytest.raises(integrity.DataError, match=rf"{shard}: .*of length 32"):
+    with pytest.raises(DataError, match=rf"{shard}: .*of length 32"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -117,7 +118,7 @@ def test_record_count_must_match_the_manifest(tmp_path):
     manifest = json.load(open(manifest_path))
     manifest["splits"]["train"]["shards"][1]["examples"] += 1
     json.dump(manifest, open(manifest_path, "w"))
-    with pytest.raises(integrity.DataError, match=rf"{shard} holds 40 records but its manifest lists 41"):
+    with pytest.raises(DataError, match=rf"{shard} holds 40 records but its manifest lists 41"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, verify_tfrecords=True))
 
 
@@ -228,7 +229,7 @@ def test_skip_bad_records_refuses_data_with_no_good_record(tmp_path):
     for path in glob.glob(os.path.join(os.path.dirname(shard), "pretrain_data.tfrecord*")):
         with open(path, "r+b") as f:
             f.write(b"\xff" * 32)  # the first record's header: nothing readable
-    with pytest.raises(integrity.DataError, match="no readable example"):
+    with pytest.raises(DataError, match="no readable example"):
         trainer_lib.Trainer(fx.tiny_config(data_dir, skip_bad_records=True))
 
 

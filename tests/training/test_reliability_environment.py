@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import run_pretraining
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 TIMEOUT = 240

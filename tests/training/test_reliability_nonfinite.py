@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from electra_tf.data import pipeline
-from electra_tf.hparams import ConfigError
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.data.records import pipeline
+from electra_tf.config.hparams import ConfigError
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import backends
 from tests import pretraining_fixtures as fx
 
@@ -164,7 +164,8 @@ import numpy as np
 from keras import ops
 from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError
-from electra_tf.training import portable_checkpoint, portable_trainer
+from electra_tf.training import npz_checkpoint
+from electra_tf.training.portable import trainer as portable_trainer
 from electra_tf.training.pretrainer import ElectraPretrainer
 
 MASK_ID = {MASK_ID}
@@ -266,7 +267,7 @@ reference.train()
 out["same_at_6"] = np.array(all(np.array_equal(a, b)
                                 for a, b in zip(snapshot(trainer), snapshot(reference))))
 out["same_position"] = np.array(trainer.reader.state() == reference.reader.state())
-saved = portable_checkpoint.read_meta(trainer.latest)["data_state"]
+saved = npz_checkpoint.read_meta(trainer.latest)["data_state"]
 out["saved_position"] = np.array(saved == reference.reader.state())
 trainer.close()
 reference.close()
@@ -277,7 +278,7 @@ try:
     out["error"] = ""
 except TrainingError as e:
     out["error"] = str(e)
-out["latest"] = np.array(str(portable_checkpoint.latest_good(too_many.config.model_dir)))
+out["latest"] = np.array(str(npz_checkpoint.latest_good(too_many.config.model_dir)))
 too_many.close()
 """)
     assert int(out["spe"]) == (2 if backend == "jax" else 1)

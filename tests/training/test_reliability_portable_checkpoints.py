@@ -19,7 +19,7 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError
 from electra_tf.finetuning import pretrained
 from electra_tf.finetuning.config import FinetuningConfig
-from electra_tf.training import optimization, portable_checkpoint, run_dir
+from electra_tf.training import npz_checkpoint, optimization, run_dir
 from electra_tf.training.pretrainer import ElectraPretrainer
 from tests import convert_fixtures as cf
 
@@ -54,7 +54,7 @@ def drop_member(path: str, member: str) -> None:
 @pytest.fixture(scope="module")
 def jax_run(tmp_path_factory):
     """A `--backend jax` run directory: config.json, vocab.txt, ckpt-1000.npz and ckpt-2000.npz
-    (written by `portable_checkpoint.save`, as the JAX trainer does)."""
+    (written by `npz_checkpoint.save`, as the JAX trainer does)."""
     root = str(tmp_path_factory.mktemp("portable_run"))
     vocab = cf.text_vocab_path(root, real=False)
     hparams = cf.tiny_hparams(cf.vocab_size_of(vocab), backend="jax")
@@ -66,7 +66,7 @@ def jax_run(tmp_path_factory):
     optimizer, _ = optimization.create_optimizer(config, config.optimizer)
     optimizer.build(model.trainable_variables)
     for step in (1000, 2000):
-        portable_checkpoint.save(model_dir, step, model, optimizer, None, None)
+        npz_checkpoint.save(model_dir, step, model, optimizer, None, None)
     return {"root": root, "model_dir": model_dir, "model": model, "optimizer": optimizer}
 
 
@@ -86,7 +86,7 @@ def _warnings(records):
 
 def test_a_member_failing_its_crc_is_skipped_for_the_older_checkpoint(damaged_run, caplog):
     with caplog.at_level(logging.INFO, logger="electra_tf"):
-        found = portable_checkpoint.latest_good(damaged_run["model_dir"])
+        found = npz_checkpoint.latest_good(damaged_run["model_dir"])
     assert found == os.path.join(damaged_run["model_dir"], "ckpt-1000.npz")
     warnings = _warnings(caplog.records)
     assert any(damaged_run["newest"] in w and "member model/0.npy fails its CRC-32 check" in w
@@ -99,7 +99,7 @@ def test_a_missing_member_is_skipped_for_the_older_checkpoint(jax_run, tmp_path,
     shutil.copytree(jax_run["model_dir"], model_dir)
     drop_member(os.path.join(model_dir, "ckpt-2000.npz"), "optimizer/1.npy")
     with caplog.at_level(logging.WARNING, logger="electra_tf"):
-        found = portable_checkpoint.latest_good(model_dir)
+        found = npz_checkpoint.latest_good(model_dir)
     assert found.endswith("ckpt-1000.npz")
     assert "incomplete (member optimizer/1.npy missing)" in caplog.text
 
@@ -108,14 +108,14 @@ def test_all_checkpoints_damaged_is_an_error_not_a_fresh_start(damaged_run):
     flip_member_bytes(os.path.join(damaged_run["model_dir"], "ckpt-1000.npz"), "model/1.npy")
     with pytest.raises(TrainingError, match=r"no intact checkpoint in .*ckpt-2000.npz damaged "
                                             r".*ckpt-1000.npz damaged .*--overwrite"):
-        portable_checkpoint.latest_good(damaged_run["model_dir"])
+        npz_checkpoint.latest_good(damaged_run["model_dir"])
 
 
 def test_restore_of_a_damaged_file_is_one_line(damaged_run, jax_run):
     model = ElectraPretrainer.from_config(jax_run["model"].get_config())
     model.build_from_sequence_length()
     with pytest.raises(TrainingError, match=r"ckpt-2000.npz is damaged \(Bad CRC-32"):
-        portable_checkpoint.restore(damaged_run["newest"], model, None)
+        npz_checkpoint.restore(damaged_run["newest"], model, None)
 
 
 def test_converters_read_the_older_checkpoint(damaged_run, caplog):

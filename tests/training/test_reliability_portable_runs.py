@@ -22,7 +22,7 @@ def test_strategy_tpu_on_jax_without_a_tpu_is_refused(data_dir):
     backends.require("jax")
     out = backends.run_on_backend("jax", f"""
         from electra_tf.errors import TrainingError
-        from electra_tf.training import portable_support
+        from electra_tf.training.portable import support as portable_support
         from tests import pretraining_fixtures as fx
 
         config = fx.tiny_config({data_dir!r}, "tpu", backend="jax", strategy="tpu")
@@ -72,7 +72,7 @@ def test_hosts_started_with_different_hparams_refuse_in_one_line(data_dir, tmp_p
 def test_a_collective_failing_on_a_lost_peer_is_one_line(data_dir, monkeypatch, error):
     import jax
 
-    from electra_tf.training import hosts
+    from electra_tf.training.portable import hosts
 
     monkeypatch.setattr(hosts, "_lost", False)
     monkeypatch.setattr(jax, "process_index", lambda: 0)

@@ -21,7 +21,7 @@ import pytest
 from electra_tf import cli
 from electra_tf.errors import Preempted
 from electra_tf.training import checkpoint_files
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 

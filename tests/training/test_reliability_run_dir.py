@@ -18,9 +18,9 @@ import pytest
 
 import run_pretraining
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 from electra_tf.training import checkpoint_files, run_dir
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import fault_fixtures as faults
 from tests import pretraining_fixtures as fx
 from tests.test_locking import wait_for_holder

@@ -73,8 +73,12 @@ class _FakeRun(PretrainingRun):
         self.collapse_guard = _Guard()
         self.model = type("Model", (), {"discriminator": "encoder"})()
         self.latest = None
-        self.step = 0
+        self._step = 0
         self.stop_after = stop_after
+
+    @property
+    def step(self):
+        return self._step
 
     def _open_writer(self):
         return _Writer(self.log)
@@ -87,7 +91,7 @@ class _FakeRun(PretrainingRun):
 
     def _train_chunk(self, num_steps):
         self.log.append(("chunk", self.step, num_steps))
-        self.step += num_steps
+        self._step += num_steps
         if self.stop_after is not None and self.step >= self.stop_after:
             self.stop.requested = True
         return {"total_loss": 1.0, "masked_lm_loss": 2.0, "disc_loss": 3.0,
@@ -111,6 +115,24 @@ class _FakeRun(PretrainingRun):
 
     def model_variables(self):
         return []
+
+
+def test_each_backend_defines_the_whole_backend_interface():
+    """The interface's methods are abstract in `PretrainingRun`: a backend lacking one cannot be
+    built. Both backends (in their folders) define all of them; a run missing one is refused."""
+    from electra_tf.training.portable.trainer import PortableTrainer
+    from electra_tf.training.tf.trainer import Trainer
+
+    assert PretrainingRun.__abstractmethods__ >= {"step", "_train_chunk", "_save",
+                                                  "_evaluate_batches", "_export"}
+    for backend in (Trainer, PortableTrainer, _FakeRun):
+        assert not backend.__abstractmethods__, (backend, backend.__abstractmethods__)
+
+    class _NoSave(_FakeRun):
+        _save = PretrainingRun._save
+
+    with pytest.raises(TypeError, match="_save"):
+        _NoSave(_config())
 
 
 def _config(**hparams):
@@ -146,7 +168,7 @@ def test_a_stop_saves_the_step_reached_and_raises_preempted():
 
 def test_a_run_at_its_end_trains_nothing():
     run = _FakeRun(_config())
-    run.step = 7
+    run._step = 7
     assert run.train() == {} and run.log == []
 
 

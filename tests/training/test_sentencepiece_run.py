@@ -10,12 +10,12 @@ import tensorflow as tf
 pytest.importorskip("sentencepiece")
 import tensorflow_text  # noqa: E402,F401  registers the SentencePiece op serve_text uses
 
-from electra_tf.data.build_config import BuildConfig  # noqa: E402
-from electra_tf.data.builder import build_dataset  # noqa: E402
-from electra_tf.data.tokenization import Tokenizer  # noqa: E402
+from electra_tf.data.build.build_config import BuildConfig  # noqa: E402
+from electra_tf.data.build.builder import build_dataset  # noqa: E402
+from electra_tf.data.text.tokenization import Tokenizer  # noqa: E402
 from electra_tf.errors import ElectraError  # noqa: E402
 from electra_tf.training import run_dir  # noqa: E402
-from electra_tf.training import trainer as trainer_lib  # noqa: E402
+from electra_tf.training.tf import trainer as trainer_lib  # noqa: E402
 from electra_tf.vocab import load_vocab  # noqa: E402
 from tests import pretraining_fixtures as fx  # noqa: E402
 from tests.spm_fixtures import SAMPLE_TEXTS, write_corpus  # noqa: E402
@@ -71,7 +71,7 @@ def test_serve_text_tokenizes_with_the_model(spm_run):
 
 
 def test_another_model_is_refused_at_training_time(spm_run, tmp_path):
-    from electra_tf.data.spm_learning import learn_spm
+    from electra_tf.data.text.spm_learning import learn_spm
 
     other = learn_spm([os.path.join(spm_run["root"], "corpus", "corpus.txt")], 100,
                       str(tmp_path / "other.model"))
@@ -121,7 +121,7 @@ def test_finetunes_and_serves_raw_text_with_the_model(spm_run):
     assert all(np.isfinite(v.numpy()).all() for v in out.values() if v.dtype.is_floating)
     # Another SentencePiece model than the pretrained one: refused, one line.
     other = os.path.join(spm_run["root"], "other_ft.model")
-    from electra_tf.data.spm_learning import learn_spm
+    from electra_tf.data.text.spm_learning import learn_spm
 
     learn_spm([os.path.join(spm_run["root"], "corpus", "corpus.txt")], 100, other)
     with pytest.raises(PretrainedError, match="is not the vocabulary the starting point"):

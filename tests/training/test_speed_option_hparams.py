@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.hparams import ConfigError
-from electra_tf.pretraining.pretrainer import PretrainingModel
+from electra_tf.config.hparams import ConfigError
+from electra_tf.pretraining.model import PretrainingModel
 from electra_tf.vocab import SpecialTokens
 from tests import backends
 from tests import pretraining_fixtures as fx
@@ -108,7 +108,7 @@ def _model_options(model) -> dict:
 @pytest.mark.slow
 @pytest.mark.usefixtures("float32_policy")
 def test_a_tensorflow_run_with_both_options(data_dir):
-    from electra_tf.training import trainer as trainer_lib
+    from electra_tf.training.tf import trainer as trainer_lib
 
     config = fx.tiny_config(data_dir, "tf_options", num_train_steps=STEPS,
                             iterations_per_loop=STEPS, save_checkpoints_steps=STEPS, **BOTH)
@@ -132,7 +132,7 @@ def test_a_jax_or_torch_run_with_both_options(data_dir, backend):
     name = f"{backend}_options"
     out = backends.run_on_backend(backend, f"""
         from electra_tf.config import PretrainingConfig
-        from electra_tf.training.portable_trainer import PortableTrainer
+        from electra_tf.training.portable.trainer import PortableTrainer
         config = PretrainingConfig.create({name!r}, {data_dir!r}, {hparams!r})
         with PortableTrainer(config) as trainer:
             model = trainer.model

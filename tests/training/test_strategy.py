@@ -8,7 +8,7 @@ fails the test (or, for a named TPU, proves it is reached with that name and not
 import pytest
 import tensorflow as tf
 
-from electra_tf.training import strategy as strategy_lib
+from electra_tf.training.tf import strategy as strategy_lib
 from tests import pretraining_fixtures as fx
 
 
@@ -95,7 +95,7 @@ def test_tpu_name_resolution_order(monkeypatch):
 _THREADS_SCRIPT = """
 import json, sys
 import tensorflow as tf
-from electra_tf.training import strategy as strategy_lib
+from electra_tf.training.tf import strategy as strategy_lib
 name, threads, virtual_cpus = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 if virtual_cpus > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.training import board
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 pytestmark = pytest.mark.usefixtures("float32_policy")

@@ -17,10 +17,10 @@ import pytest
 import tensorflow as tf
 
 from electra_tf.config import PretrainingConfig
-from electra_tf.data import pipeline
+from electra_tf.data.records import pipeline
 from electra_tf.pretraining.metrics import METRIC_NAMES
 from electra_tf.training import run_dir
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 RUN_A = dict(num_train_steps=8, save_checkpoints_steps=3, iterations_per_loop=2,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from electra_tf.training import run_dir
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 STEPS = 4

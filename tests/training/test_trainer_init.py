@@ -12,7 +12,7 @@ import pytest
 
 from electra_tf.convert import google, names
 from electra_tf.training import checkpoint_files
-from electra_tf.training.trainer import Trainer, TrainingError
+from electra_tf.training.tf.trainer import Trainer, TrainingError
 from tests import convert_fixtures, pretraining_fixtures
 
 

@@ -8,8 +8,8 @@ never moves (also after a restart), a discriminator that does, and clear errors.
 import numpy as np
 import pytest
 
-from electra_tf.hparams import ConfigError
-from electra_tf.training import trainer as trainer_lib
+from electra_tf.config.hparams import ConfigError
+from electra_tf.training.tf import trainer as trainer_lib
 from tests import pretraining_fixtures as fx
 
 # embedding_size = hidden_size: a generator with its own embeddings has no projection (official).

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from electra_tf.data.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
 from electra_tf.finetuning.qa.features import DocTokens, WindowInfo
 
 EMPTY_PREDICTION = "empty"  # official text when no candidate survives

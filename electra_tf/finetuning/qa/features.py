@@ -32,7 +32,7 @@ from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.qa.data import Paragraph, QAExample
 
 # Words per tokenizer call (bounds the memory of one graph call on a large split).

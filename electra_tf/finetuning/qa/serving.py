@@ -35,8 +35,8 @@ from typing import NamedTuple
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.data.basic_tokenizer import GraphBasicTokenizer
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.export import TaskServing, int_spec, text_spec
 from electra_tf.finetuning.qa.decoding import EMPTY_PREDICTION, NULL_SCORE_INIT
 

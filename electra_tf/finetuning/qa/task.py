@@ -23,7 +23,7 @@ import os
 from typing import Dict, Optional
 
 from electra_tf import atomic
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.qa import evaluation
 from electra_tf.finetuning.qa.data import (DEBUG_MRQA_LINES, MRQA_TASKS, QASplit, read_mrqa,
                                            read_squad)
@@ -32,7 +32,7 @@ from electra_tf.finetuning.qa.features import QAFeatures, featurize
 from electra_tf.finetuning.task import (QUESTION_ANSWERING, EvalSet, FeatureSpec, FinetuningTask,
                                         ScoreContext, test_predictions_path)
 from electra_tf.finetuning.task_files import DataFileError, task_directory
-from electra_tf.hparams import ConfigError
+from electra_tf.config.hparams import ConfigError
 
 logger = logging.getLogger("electra_tf")
 

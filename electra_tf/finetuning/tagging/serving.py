@@ -34,7 +34,7 @@ from typing import Dict, Optional, Sequence
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from electra_tf.data.tokenization import Tokenizer
+from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.export import TaskServing, int_spec, text_spec
 from electra_tf.finetuning.tagging.entities import decoding_tables
 

@@ -1,0 +1,1 @@
+"""The dataset build: packing, the held-out split, the global shuffle, shards, locally or on Apache Beam."""
