@@ -499,6 +499,7 @@ _CHILD = """
 import json
 assert sys.modules.get("tensorflow") is None
 from electra_tf.data.records import integrity, record_reader
+from electra_tf.errors import DataError
 args = json.loads(inp["args"].item())
 summary = integrity.validate_dataset(args["pattern"], max_seq_length=args["L"],
                                      vocab_sha256=args["sha"], vocab_size=args["vocab_size"],
