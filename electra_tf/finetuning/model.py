@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import keras
 from keras import ops
 
+from electra_tf.finetuning.qa.head import QAHead
 from electra_tf.finetuning.regression.head import RegressionHead
 from electra_tf.finetuning.tagging.head import TaggingHead
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
@@ -87,17 +88,9 @@ class ClassificationHead(keras.layers.Layer):
         return config
 
 
-def _qa_head():
-    # lazy: TensorFlow is optional here (QA's head is TensorFlow ops; the other heads run on JAX)
-    from electra_tf.finetuning.qa.head import QAHead
-
-    return QAHead
-
-
-# Family -> head class (a function for the heads written in TensorFlow ops, so that the
-# classification, regression and tagging heads, keras.ops, import on every backend).
-HEAD_CLASSES = {CLASSIFICATION: lambda: ClassificationHead, REGRESSION: lambda: RegressionHead,
-                QUESTION_ANSWERING: _qa_head, TAGGING: lambda: TaggingHead}
+# Family -> head class.
+HEAD_CLASSES = {CLASSIFICATION: ClassificationHead, REGRESSION: RegressionHead,
+                QUESTION_ANSWERING: QAHead, TAGGING: TaggingHead}
 
 
 def _normalized_spec(spec: Mapping[str, Any]) -> dict:
@@ -115,7 +108,7 @@ def make_head(spec: Mapping[str, Any], dropout_prob: float, dtype=None) -> keras
     kwargs = {k: v for k, v in spec.items() if k not in ("name", "family")}
     if spec["family"] in (CLASSIFICATION, REGRESSION):
         kwargs["dropout_prob"] = dropout_prob
-    return HEAD_CLASSES[spec["family"]]()(**kwargs, dtype=dtype, name=spec["name"])
+    return HEAD_CLASSES[spec["family"]](**kwargs, dtype=dtype, name=spec["name"])
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")

@@ -17,6 +17,6 @@ TASK_NAMES = SQUAD_TASKS + MRQA_TASKS
 def build_task(name: str, config, pretrained, tokenizer, text_encoder):
     """The `QATask` of the official name `name`."""
     del pretrained, text_encoder  # QA windows its contexts with the run's Tokenizer
-    # lazy: the task imports TensorFlow (its tokenizer); the registry is read on JAX too
+    # lazy: the registry only names the tasks; the QA modules load when a QA task runs
     from electra_tf.finetuning.qa.task import QATask
     return QATask(name, config, tokenizer)

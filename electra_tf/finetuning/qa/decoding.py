@@ -33,9 +33,8 @@ from __future__ import annotations
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
-import tensorflow as tf
 
-from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
+from electra_tf.data.text.portable_tokenization import BasicTokenizer
 from electra_tf.finetuning.qa.features import DocTokens, WindowInfo
 
 EMPTY_PREDICTION = "empty"  # official text when no candidate survives
@@ -142,28 +141,57 @@ def get_final_text(pred_text: str, orig_text: str, basic_tokens: Callable[[str],
 
 
 class BasicTokenCache:
-    """BERT BasicTokenizer words of texts, computed in batches by the graph tokenizer.
+    """BERT BasicTokenizer words of texts, computed in batches and remembered.
+
+    On the TensorFlow backend the in-graph `GraphBasicTokenizer` (what the exported SavedModel
+    decodes with); elsewhere `portable_tokenization.BasicTokenizer` (Python, no TensorFlow; the
+    same words, as the TF-free tokenizer's ids are the same).
 
     Args:
         do_lower_case, strip_accents: the run's tokenization.
+        in_graph: bool or None. The in-graph tokenizer (True) or the Python one (False); None:
+            the Keras backend's.
     """
 
-    def __init__(self, do_lower_case: bool, strip_accents: bool):
-        self._tokenizer = GraphBasicTokenizer(do_lower_case, strip_accents)
+    def __init__(self, do_lower_case: bool, strip_accents: bool, in_graph: Optional[bool] = None):
+        if in_graph is None:
+            # lazy: decoding itself is numpy; only the choice of tokenizer asks Keras
+            import keras
+
+            in_graph = keras.backend.backend() == "tensorflow"
+        self._words_of = (_graph_words if in_graph else _python_words)(do_lower_case,
+                                                                      strip_accents)
         self._cache: Dict[str, List[str]] = {}
 
     def prefetch(self, texts: Sequence[str]) -> None:
         missing = sorted({t for t in texts if t not in self._cache})
         for begin in range(0, len(missing), 50_000):
             chunk = missing[begin:begin + 50_000]
-            words = self._tokenizer.tokenize(tf.constant(chunk, tf.string)).to_list()
-            for text, row in zip(chunk, words):
-                self._cache[text] = [w.decode("utf-8") for w in row]
+            self._cache.update(zip(chunk, self._words_of(chunk)))
 
     def __call__(self, text: str) -> List[str]:
         if text not in self._cache:
             self.prefetch([text])
         return self._cache[text]
+
+
+def _graph_words(do_lower_case: bool, strip_accents: bool) -> Callable[[List[str]], List[List[str]]]:
+    """Texts -> their BasicTokenizer words, in one TensorFlow graph call per batch."""
+    # lazy: TensorFlow backend only (JAX and PyTorch runs decode without it)
+    import tensorflow as tf
+
+    # lazy: TensorFlow backend only (the graph tokenizer imports TensorFlow)
+    from electra_tf.data.text.basic_tokenizer import GraphBasicTokenizer
+
+    tokenizer = GraphBasicTokenizer(do_lower_case, strip_accents)
+    return lambda texts: [[w.decode("utf-8") for w in row]
+                          for row in tokenizer.tokenize(tf.constant(texts, tf.string)).to_list()]
+
+
+def _python_words(do_lower_case: bool, strip_accents: bool) -> Callable[[List[str]], List[List[str]]]:
+    """Texts -> their BasicTokenizer words, in Python (`portable_tokenization`)."""
+    tokenizer = BasicTokenizer(do_lower_case, strip_accents)
+    return lambda texts: [tokenizer.tokenize(t) for t in texts]
 
 
 class Prediction(NamedTuple):

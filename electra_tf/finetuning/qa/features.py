@@ -28,12 +28,14 @@ Per question:
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.qa.data import Paragraph, QAExample
+
+if TYPE_CHECKING:  # the run's tokenizer: the in-graph one (TensorFlow) or PortableTokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
 
 # Words per tokenizer call (bounds the memory of one graph call on a large split).
 TOKENIZE_CHUNK = 200_000
@@ -184,7 +186,8 @@ def featurize(examples: Sequence[QAExample], tokenizer: Tokenizer, max_seq_lengt
 
     Args:
         examples: the split's questions.
-        tokenizer: the run's Tokenizer.
+        tokenizer: the run's Tokenizer, or `portable_tokenization.PortableTokenizer` (JAX and
+            PyTorch runs: the same ids, so the same records; numpy throughout).
         max_seq_length, max_query_length, doc_stride: official hparams.
         is_training: label the records (training split).
 

@@ -22,13 +22,19 @@ dense_2 [2H, 512], dense_3 [512, 1] (the official TF1 names). No dropout (offici
 
 qa_hidden(concat(a, b)) is computed as a @ K[:H] + b @ K[H:] + bias: the same function, without
 materialising the [batch, (beam,) seq, 2H] concatenation; at inference the beam is looped
-(`tf.map_fn`) so memory stays at [batch, seq, 512] per start.
+(`keras.ops.map`: `tf.map_fn` on TensorFlow, `jax.lax.map` on JAX) so memory stays at
+[batch, seq, 512] per start, and h @ K[H:] (the same for every start) is computed once.
+
+`keras.ops`, so the head trains and predicts on every backend (`portable_runner`). On
+TensorFlow the batched gather and h @ K[H:] keep TensorFlow's own ops (`gather_positions`,
+`times_kernel`): the outputs and gradients there are those of the TensorFlow-ops head this one
+replaced, to the bit, and the exported SavedModel runs them as before.
 """
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from electra_tf.finetuning.task import feature_or_zeros
 
@@ -45,15 +51,51 @@ def _gelu(x):
     return keras.activations.gelu(x, approximate=False)  # exact erf form (official modeling.gelu)
 
 
-def answer_mask(input_mask: tf.Tensor, segment_ids: tf.Tensor) -> tf.Tensor:
+def answer_mask(input_mask, segment_ids):
     """float32 [batch, seq]: 1 at [CLS], the context window and the final [SEP], else 0."""
-    mask = tf.cast(input_mask, tf.float32) * tf.cast(segment_ids, tf.float32)
-    return mask + tf.one_hot(0, tf.shape(mask)[1], dtype=tf.float32)
+    mask = ops.cast(input_mask, "float32") * ops.cast(segment_ids, "float32")
+    return mask + ops.cast(ops.equal(ops.arange(ops.shape(mask)[1]), 0), "float32")
 
 
-def position_cross_entropy(logits: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+def gather_positions(values, positions):
+    """values[b, positions[b]] for each row b (tf.gather with batch_dims=1).
+
+    Args:
+        values: [batch, seq] or [batch, seq, hidden].
+        positions: int [batch] or [batch, k].
+
+    Returns:
+        [batch] / [batch, hidden] for positions [batch]; [batch, k] / [batch, k, hidden] for
+        positions [batch, k].
+    """
+    if keras.backend.backend() == "tensorflow":
+        # lazy: TensorFlow backend only. Its batched gather, as this head always had: the same
+        # gradients to the bit (take_along_axis's sums h's gradient in another order, 1 ulp).
+        import tensorflow as tf
+
+        return tf.gather(values, positions, batch_dims=1)
+    index = positions if ops.ndim(positions) == 2 else positions[:, None]
+    if ops.ndim(values) == 3:
+        index = ops.broadcast_to(index[:, :, None],
+                                 (ops.shape(index)[0], ops.shape(index)[1], ops.shape(values)[2]))
+    gathered = ops.take_along_axis(values, index, axis=1)
+    return gathered if ops.ndim(positions) == 2 else gathered[:, 0]
+
+
+def times_kernel(h, kernel):
+    """h @ kernel over the last axis: [batch, seq, hidden] x [hidden, k] -> [batch, seq, k]."""
+    if keras.backend.backend() == "tensorflow":
+        # lazy: TensorFlow backend only. Its einsum, as this head always had (keras' einsum is a
+        # broadcast batched matmul there, whose gradients differ by an ulp).
+        import tensorflow as tf
+
+        return tf.einsum("bsh,hk->bsk", h, kernel)
+    return ops.einsum("bsh,hk->bsk", h, kernel)
+
+
+def position_cross_entropy(logits, positions):
     """-log_softmax(logits)[position], float32 [batch]."""
-    return -tf.gather(tf.nn.log_softmax(logits, axis=-1), positions, batch_dims=1)
+    return -gather_positions(ops.log_softmax(logits, axis=-1), positions)
 
 
 @keras.saving.register_keras_serializable(package="electra_tf")
@@ -119,72 +161,77 @@ class QAHead(keras.layers.Layer):
         elif self.answerable_dense is not None:
             self.answerable_dense.build((None, hidden))
 
-    def _end_logits_given_start(self, h, start_features, penalty):
+    def _end_logits_given_start(self, kernel, from_end, start_features, penalty):
         """dense_1(gelu(qa_hidden(concat(start_features, h_j)))) + penalty, float32.
 
         Args:
-            h: [batch, seq, hidden].
+            kernel: qa_hidden's kernel [2 * hidden, 512] in h's dtype.
+            from_end: [batch, seq, 512]: h @ kernel[hidden:] (the same for every start).
             start_features: [batch, hidden].
             penalty: float32 [batch, seq].
         """
-        size = h.shape[-1]
-        kernel = tf.cast(self.qa_hidden.kernel, h.dtype)
-        bias = tf.cast(self.qa_hidden.bias, h.dtype)
-        from_start = tf.matmul(start_features, kernel[:size])[:, None, :]  # [batch, 1, 512]
-        from_end = tf.einsum("bsh,hk->bsk", h, kernel[size:])  # [batch, seq, 512]
-        hidden = _gelu(from_start + from_end + bias)
-        return tf.cast(tf.squeeze(self.end_dense(hidden), -1), tf.float32) + penalty
+        bias = ops.cast(self.qa_hidden.bias, kernel.dtype)
+        from_start = ops.matmul(start_features, kernel[:start_features.shape[-1]])[:, None, :]
+        hidden = _gelu(from_start + from_end + bias)  # [batch, seq, 512]
+        return ops.cast(ops.squeeze(self.end_dense(hidden), -1), "float32") + penalty
 
     def call(self, sequence_output, features, training=None):
         h = sequence_output
-        batch = tf.shape(h)[0]
-        seq = tf.shape(h)[1]
+        batch = ops.shape(h)[0]
+        seq = ops.shape(h)[1]
         penalty = MASK_PENALTY * (answer_mask(features["input_mask"], features["segment_ids"]) - 1.0)
-        start_positions = feature_or_zeros(features, f"{self.name}_start_positions", h, tf.int32)
-        end_positions = feature_or_zeros(features, f"{self.name}_end_positions", h, tf.int32)
-        is_impossible = feature_or_zeros(features, f"{self.name}_is_impossible", h, tf.float32)
+        start_positions = feature_or_zeros(features, f"{self.name}_start_positions", h, "int32")
+        end_positions = feature_or_zeros(features, f"{self.name}_end_positions", h, "int32")
+        is_impossible = feature_or_zeros(features, f"{self.name}_is_impossible", h, "float32")
 
-        start_logits = tf.cast(tf.squeeze(self.start_dense(h), -1), tf.float32) + penalty
+        start_logits = ops.cast(ops.squeeze(self.start_dense(h), -1), "float32") + penalty
         beam = self.beam_size
-        start_top_log_probs = tf.zeros([batch, beam])
-        start_top_index = tf.zeros([batch, beam], tf.int32)
-        end_top_log_probs = tf.zeros([batch, beam, beam])
-        end_top_index = tf.zeros([batch, beam, beam], tf.int32)
+        start_top_log_probs = ops.zeros((batch, beam), "float32")
+        start_top_index = ops.zeros((batch, beam), "int32")
+        end_top_log_probs = ops.zeros((batch, beam, beam), "float32")
+        end_top_index = ops.zeros((batch, beam, beam), "int32")
         if self.joint_prediction:
-            start_top_log_probs, start_top_index = tf.math.top_k(
-                tf.nn.log_softmax(start_logits), k=beam)
+            start_top_log_probs, start_top_index = ops.top_k(
+                ops.log_softmax(start_logits, axis=-1), k=beam)
+            start_top_index = ops.cast(start_top_index, "int32")
+            # The gathers before h @ K[H:]: TensorFlow sums h's gradients in this order.
             if training:
-                start_features = tf.gather(h, start_positions, batch_dims=1)
-                end_logits = self._end_logits_given_start(h, start_features, penalty)
+                start_features = gather_positions(h, start_positions)  # [batch, hidden]
             else:
-                starts = tf.gather(h, start_top_index, batch_dims=1)  # [batch, beam, hidden]
-
+                starts = gather_positions(h, start_top_index)  # [batch, beam, hidden]
+            kernel = ops.cast(self.qa_hidden.kernel, h.dtype)
+            from_end = times_kernel(h, kernel[h.shape[-1]:])  # [batch, seq, 512]
+            if training:
+                end_logits = self._end_logits_given_start(kernel, from_end, start_features,
+                                                          penalty)
+            else:
                 def end_log_probs(start_features):
-                    logits = self._end_logits_given_start(h, start_features, penalty)
-                    return tf.nn.log_softmax(logits)
+                    logits = self._end_logits_given_start(kernel, from_end, start_features,
+                                                          penalty)
+                    return ops.log_softmax(logits, axis=-1)
 
-                per_start = tf.map_fn(end_log_probs, tf.transpose(starts, [1, 0, 2]),
-                                      fn_output_signature=tf.float32)  # [beam, batch, seq]
-                end_top_log_probs, end_top_index = tf.math.top_k(
-                    tf.transpose(per_start, [1, 0, 2]), k=beam)
-                end_logits = tf.zeros([batch, seq])
+                per_start = ops.map(end_log_probs, ops.transpose(starts, (1, 0, 2)))  # [beam, batch, seq]
+                end_top_log_probs, end_top_index = ops.top_k(
+                    ops.transpose(per_start, (1, 0, 2)), k=beam)
+                end_top_index = ops.cast(end_top_index, "int32")
+                end_logits = ops.zeros((batch, seq), "float32")
         else:
-            end_logits = tf.cast(tf.squeeze(self.end_dense(h), -1), tf.float32) + penalty
+            end_logits = ops.cast(ops.squeeze(self.end_dense(h), -1), "float32") + penalty
 
         losses = (position_cross_entropy(start_logits, start_positions)
                   + position_cross_entropy(end_logits, end_positions)) / 2.0
-        answerable_logit = tf.zeros([batch])
+        answerable_logit = ops.zeros((batch,), "float32")
         if self.answerable_classifier:
             representation = h[:, 0]
             if self.answerable_uses_start_logits:
-                start_p = tf.cast(tf.nn.softmax(start_logits), h.dtype)
-                context = tf.reduce_sum(start_p[:, :, None] * h, axis=1)
+                start_p = ops.cast(ops.softmax(start_logits, axis=-1), h.dtype)
+                context = ops.sum(start_p[:, :, None] * h, axis=1)
                 representation = _gelu(self.answerable_hidden(
-                    tf.concat([representation, context], -1)))
-            answerable_logit = tf.cast(tf.squeeze(self.answerable_dense(representation), -1),
-                                       tf.float32)
-            losses += self.answerable_weight * tf.nn.sigmoid_cross_entropy_with_logits(
-                labels=is_impossible, logits=answerable_logit)
+                    ops.concatenate([representation, context], -1)))
+            answerable_logit = ops.cast(ops.squeeze(self.answerable_dense(representation), -1),
+                                        "float32")
+            losses += self.answerable_weight * ops.binary_crossentropy(
+                is_impossible, answerable_logit, from_logits=True)
         return {"start_logits": start_logits, "end_logits": end_logits,
                 "answerable_logit": answerable_logit,
                 "start_top_log_probs": start_top_log_probs, "start_top_index": start_top_index,

@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import Dict, Optional
+from typing import TYPE_CHECKING, Dict, Optional
 
 from electra_tf import atomic
-from electra_tf.data.text.tokenization import Tokenizer
 from electra_tf.finetuning.qa import evaluation
 from electra_tf.finetuning.qa.data import (DEBUG_MRQA_LINES, MRQA_TASKS, QASplit, read_mrqa,
                                            read_squad)
@@ -33,6 +32,9 @@ from electra_tf.finetuning.task import (QUESTION_ANSWERING, EvalSet, FeatureSpec
                                         ScoreContext, test_predictions_path)
 from electra_tf.finetuning.task_files import DataFileError, task_directory
 from electra_tf.config.hparams import ConfigError
+
+if TYPE_CHECKING:  # the run's tokenizer: the in-graph one (TensorFlow) or PortableTokenizer
+    from electra_tf.data.text.tokenization import Tokenizer
 
 logger = logging.getLogger("electra_tf")
 
@@ -58,7 +60,7 @@ class QATask(FinetuningTask):
     Args:
         name: official task name.
         config: FinetuningConfig.
-        tokenizer: the run's Tokenizer.
+        tokenizer: the run's Tokenizer (TensorFlow) or PortableTokenizer (JAX, PyTorch).
     """
 
     family = QUESTION_ANSWERING
