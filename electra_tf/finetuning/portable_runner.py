@@ -18,9 +18,9 @@ Dropout draws the counter-based "hash" stream of the encoder and the heads'
 (`kernel_settings.DROPOUT_RNG`), so on the same weights and batches the losses equal
 TensorFlow's (tests/finetuning/test_finetuning_backends.py).
 
-Families: classification, regression and tagging (their heads are `keras.ops`); question
-answering (head, decoding and serving in TensorFlow ops) is refused in one line
-(`check_families`). The training order is a seeded full shuffle each epoch (numpy: TensorFlow's
+Families: classification, regression, tagging and question answering (every head is
+`keras.ops`; QA's features and n-best decoding are numpy and Python, its SavedModel serving
+stays TensorFlow's). The training order is a seeded full shuffle each epoch (numpy: TensorFlow's
 `tf.data` order cannot be drawn without TensorFlow), so a JAX trial sees other batches than a
 TensorFlow trial of the same seed; the metrics agree within seed noise, not digit for digit.
 
@@ -47,13 +47,14 @@ import numpy as np
 
 from electra_tf import atomic
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
-from electra_tf.finetuning.task import CLASSIFICATION, REGRESSION, TAGGING, prefixed
+from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
+                                        prefixed)
 from electra_tf.training import npz_checkpoint, optimization
 
 logger = logging.getLogger("electra_tf")
 
 BACKENDS = ("tensorflow", "jax", "torch")
-PORTABLE_FAMILIES = (CLASSIFICATION, REGRESSION, TAGGING)
+PORTABLE_FAMILIES = (CLASSIFICATION, REGRESSION, TAGGING, QUESTION_ANSWERING)
 TASK_ID = "task_id"
 WEIGHTS_NAME = "weights.npz"  # in <tasks>_model_<trial>/ on JAX: `weights_archive`
 
@@ -72,8 +73,7 @@ def check_families(backend: str, families: Dict[str, str]) -> None:
     if refused:
         supported = f"{', '.join(PORTABLE_FAMILIES[:-1])} and {PORTABLE_FAMILIES[-1]}"
         raise ValueError(f"fine-tuning on --backend {backend} supports the {supported} "
-                         f"families; not {', '.join(refused)}: question answering's head and "
-                         "decoding are TensorFlow ops; use --backend tensorflow for them")
+                         f"families; not {', '.join(refused)}: use --backend tensorflow for them")
 
 
 def shuffled_batches(table: Dict[str, np.ndarray], batch_size: int, seed: int,

@@ -27,7 +27,7 @@ Existing outputs are never replaced without `overwrite`.
 
 On JAX and PyTorch (`backend="jax"` / `"torch"`, no TensorFlow imported) the same run, with
 the training loop, checkpoints and prediction of `portable_runner` and the TF-free tokenizer
-(the same ids); the classification, regression and tagging families. Step 2b saves a
+(the same ids); every family. Step 2b saves a
 checkpoint every `save_checkpoints_steps` steps and at the end (`<tasks>_checkpoints_<trial>/`),
 so a rerun of an interrupted run keeps its finished trials (results_json) and resumes the
 interrupted one; step 2d writes the trained weights (`<tasks>_model_<trial>/weights.npz`)

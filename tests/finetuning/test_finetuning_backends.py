@@ -1,11 +1,12 @@
 """Fine-tuning on JAX and PyTorch (issue 48, item 1): the TensorFlow runner's losses on the same
-weights and batches, the whole tool without TensorFlow, and the family they refuse.
+weights and batches, the whole tool without TensorFlow, every family.
 
-The model (a classification, a regression and a tagging head on one 2-layer encoder, dropout on)
-is built on TensorFlow in this process; its variables go to a JAX or PyTorch child (TensorFlow
-unimportable there, `tests/backends.py`) by position; each runs `runner.train` (the official
-optimizer, layer-wise decay, warmup and decay, the clip) on the same 30 batches, one loss per
-step: rtol 1e-4.
+The model (a classification, a regression, a tagging and a question-answering head on one
+2-layer encoder, dropout on) is built on TensorFlow in this process; its variables go to a JAX
+or PyTorch child (TensorFlow unimportable there, `tests/backends.py`) by position; each predicts
+the QA head's outputs (the inference beam) and runs `runner.train` (the official optimizer,
+layer-wise decay, warmup and decay, the clip) on the same 30 batches, one loss per step: rtol
+1e-4.
 """
 
 import json
@@ -16,6 +17,9 @@ import sys
 import numpy as np
 import pytest
 
+from electra_tf.finetuning import portable_runner
+from electra_tf.finetuning.registry import task_family
+from electra_tf.finetuning.task import CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING
 from tests import backends
 from tests import pretraining_fixtures as fx
 from tests.finetuning_fixtures import REPO_ROOT, TINY_MODEL, corpus_tasks_dir
@@ -23,7 +27,8 @@ from tests.finetuning_fixtures import REPO_ROOT, TINY_MODEL, corpus_tasks_dir
 STEPS, BATCH, SEQ = 30, 8, 32
 TASKS = [{"name": "topic", "family": "classification", "num_labels": 3},
          {"name": "score", "family": "regression"},
-         {"name": "tags", "family": "tagging", "num_labels": 5}]
+         {"name": "tags", "family": "tagging", "num_labels": 5},
+         {"name": "span", "family": "qa", "beam_size": 4}]
 TASK_NAMES = [t["name"] for t in TASKS]
 ENCODER = dict(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                intermediate_size=128, embedding_size=32, max_position_embeddings=SEQ)
@@ -52,6 +57,12 @@ else:
 config = FinetuningConfig.create("m", str(inp["data_dir"]), json.loads(str(inp["hparams"])))
 table = {k[len("t:"):]: v for k, v in inp.items() if k.startswith("t:")}
 size = int(inp["batch"])
+# The QA head at inference (its beam) on the first records, before training (built by a call
+# with every head's features: prediction reads the QA ones only).
+model({k: v[:1] for k, v in table.items()}, training=False)
+span = runner.predict(model, "span", {k: table[k][:3 * size] for k in
+                                      ("input_ids", "input_mask", "segment_ids")}, size)
+out.update({f"span:{k}": v for k, v in span.items()})
 batches = [{k: v[i * size:(i + 1) * size] for k, v in table.items()}
            for i in range(len(table["task_id"]) // size)]
 losses = []
@@ -63,9 +74,11 @@ out["losses"] = np.array(losses)
 
 def _table(rng):
     n = STEPS * BATCH
-    lengths = rng.integers(4, SEQ + 1, n)
+    # At least 12 tokens: the QA beams (4) stay among the answer positions ([CLS] and the
+    # second segment), whose logits are far apart, not among the -1000-masked near-ties.
+    lengths = rng.integers(12, SEQ + 1, n)
     mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
-    task_id = rng.integers(0, 4, n).astype(np.int32)  # 3: padding records (no loss)
+    task_id = rng.integers(0, 5, n).astype(np.int32)  # 4: padding records (no loss)
     # Tagging: up to `words` first sub-tokens among each record's real positions, in order.
     words = np.where(task_id == 2, rng.integers(1, 8, n), 0)
     positions = np.zeros((n, SEQ), np.int32)
@@ -74,6 +87,11 @@ def _table(rng):
                                     replace=False))
         positions[i, :len(chosen)] = chosen
     tagged = (positions > 0).astype(np.float32)
+    # QA: a span in the second segment (lengths // 2 on), or 0 / 0 for an unanswerable record.
+    impossible = (task_id == 3) & (rng.random(n) < 0.3)
+    starts = rng.integers(lengths // 2, lengths)
+    ends = np.minimum(starts + rng.integers(0, 3, n), lengths - 1)
+    answered = (task_id == 3) & ~impossible
     return {"input_ids": (rng.integers(5, ENCODER["vocab_size"], (n, SEQ)) * mask).astype(np.int32),
             "input_mask": mask,
             "segment_ids": ((np.arange(SEQ)[None, :] >= lengths[:, None] // 2) * mask).astype(np.int32),
@@ -82,7 +100,10 @@ def _table(rng):
             "score_targets": np.where(task_id == 1, rng.random(n), 0.0).astype(np.float32),
             "tags_labels": (rng.integers(0, 5, (n, SEQ)) * tagged).astype(np.int32),
             "tags_labels_mask": tagged,
-            "tags_labeled_positions": positions}
+            "tags_labeled_positions": positions,
+            "span_start_positions": np.where(answered, starts, 0).astype(np.int32),
+            "span_end_positions": np.where(answered, ends, 0).astype(np.int32),
+            "span_is_impossible": impossible.astype(np.int32)}
 
 
 def _run_tensorflow(code: str, inputs: dict) -> dict:
@@ -115,6 +136,16 @@ def test_fine_tuning_losses_equal_tensorflows_on_the_same_weights_and_batches(te
     assert len(tensorflow["losses"]) == STEPS
     np.testing.assert_allclose(other["losses"], tensorflow["losses"], rtol=1e-4)
     assert tensorflow["losses"][-1] < tensorflow["losses"][0]  # it trains
+    # The QA head's predictions: the same beams (indices exactly), log-probs and logits.
+    predicted = sorted(k for k in tensorflow if k.startswith("span:"))
+    assert predicted == sorted(k for k in other if k.startswith("span:"))
+    for key in predicted:
+        if "index" in key:
+            np.testing.assert_array_equal(other[key], tensorflow[key], err_msg=key)
+        else:
+            np.testing.assert_allclose(other[key], tensorflow[key], rtol=1e-4, atol=1e-4,
+                                       err_msg=key)
+    assert len(np.unique(tensorflow["span:end_top_index"])) > 4  # the beams differ by start
 
 
 def _tool(tmp_path, *args):
@@ -172,14 +203,78 @@ def test_the_tool_fine_tunes_classification_on_jax_without_tensorflow(tmp_path):
 
 
 @pytest.mark.parametrize("backend", backends.BACKENDS)
-def test_jax_and_torch_refuse_question_answering_in_one_line(tmp_path, backend):
-    proc = _tool(tmp_path, "--backend", backend, "--hparams",
-                 json.dumps({"task_names": ["sst", "chunk", "squad"], "random_init": True}))
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1] == (
-        f"run_finetuning.py: error: fine-tuning on --backend {backend} supports the "
-        "classification, regression and tagging families; not squad (qa): question answering's "
-        "head and decoding are TensorFlow ops; use --backend tensorflow for them")
+def test_jax_and_torch_refuse_no_family(backend):
+    """Question answering included (the whole tool: the slow test below)."""
+    families = {name: task_family(name) for name in ("sst", "sts", "chunk", "squad", "newsqa")}
+    assert set(families.values()) == {CLASSIFICATION, REGRESSION, TAGGING, QUESTION_ANSWERING}
+    portable_runner.check_families(backend, families)
+
+
+@pytest.mark.slow
+def test_the_tool_fine_tunes_squad_on_jax_with_the_tensorflow_runners_files_and_resumes(tmp_path):
+    """Question answering through the whole tool without TensorFlow: the results' metrics (the
+    official SQuAD 2.0 evaluation), the results.txt lines and the prediction files of
+    TensorFlow's runner; a run stopped after a checkpoint resumes to the uninterrupted run's
+    metrics and predictions."""
+    backends.require("jax")
+    from electra_tf.finetuning import runner
+    from electra_tf.finetuning.config import FinetuningConfig
+    from tests.finetuning.test_finetuning_resume import _TOOL
+
+    raw = corpus_tasks_dir(str(tmp_path / "raw"), ["squad"], num_train=80, num_dev=30)
+    stop_step = 4
+
+    def hparams(out):
+        return dict(TINY_MODEL, task_names=["squad"], random_init=True, raw_data_dir=raw,
+                    max_seq_length=48, max_query_length=16, doc_stride=16, num_train_epochs=1,
+                    train_batch_size=16, learning_rate=1e-3, do_export=False, log_steps=3,
+                    iterations_per_loop=3, save_checkpoints_steps=stop_step,
+                    model_dir=str(out / "models"), results_json=str(out / "r.json"),
+                    results_txt=str(out / "r.txt"))
+
+    def tool(out, stop=None):
+        env = fx.subprocess_env(REPO=REPO_ROOT, KERAS_BACKEND="jax",
+                                **({"STOP": stop} if stop else {}))
+        return subprocess.run(
+            [sys.executable, "-c", _TOOL, "--backend", "jax", "--data-dir",
+             os.path.join(REPO_ROOT, "pretrain_data"), "--hparams", json.dumps(hparams(out))],
+            capture_output=True, text=True, timeout=900, env=env, cwd=REPO_ROOT)
+
+    def outputs(out):
+        files = {name: json.load(open(out / "squad_qa" / name))
+                 for name in sorted(os.listdir(out / "squad_qa"))}
+        return json.load(open(out / "r.json")), open(out / "r.txt").read().splitlines(), files
+
+    runner.run(FinetuningConfig.create("m", os.path.join(REPO_ROOT, "pretrain_data"),
+                                       hparams(tmp_path / "tf")))
+    tf_results, tf_lines, tf_files = outputs(tmp_path / "tf")
+    proc = tool(tmp_path / "jax")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results, lines, files = outputs(tmp_path / "jax")
+    assert results["backend"] == "jax"
+    assert results["data"] == tf_results["data"]  # the same questions and records (windows)
+    assert results["trials"][0]["steps"] == tf_results["trials"][0]["steps"] > stop_step
+    dev = results["trials"][0]["metrics"]["squad"]["dev"]
+    assert dev.keys() == tf_results["trials"][0]["metrics"]["squad"]["dev"].keys()
+    assert dev["total"] == 30
+    assert [line.split(":")[0] for line in lines] == [line.split(":")[0] for line in tf_lines]
+    assert files.keys() == tf_files.keys() == {"squad_eval.json", "squad_null_odds.json",
+                                               "squad_preds.json"}
+    for name, values in files.items():
+        assert list(values) == list(tf_files[name]), name  # question ids in file order
+    assert files["squad_eval.json"] == dev
+
+    stopped = tmp_path / "stopped"
+    proc = tool(stopped, stop=f"1:{stop_step}")
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert os.listdir(stopped / "models" / "squad_checkpoints_1") == [f"ckpt-{stop_step}.npz"]
+    proc = tool(stopped)  # the same command again
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    resumed, resumed_lines, resumed_files = outputs(stopped)
+    assert resumed["trials"][0]["resumed_from"] == stop_step
+    assert resumed["trials"][0]["metrics"] == results["trials"][0]["metrics"]
+    assert resumed["trials"][0]["final_loss"] == results["trials"][0]["final_loss"]
+    assert (resumed_lines, resumed_files) == (lines, files)
 
 
 _NER = [("Angela Merkel visited Paris", "B-PER I-PER O B-LOC"),
