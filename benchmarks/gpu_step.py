@@ -231,6 +231,7 @@ def worker_electra_tf_jax(args) -> dict:
     import keras
     import numpy as np
 
+    from electra_tf.modeling import deferred_init
     from electra_tf.training.optimization import create_optimizer
     from electra_tf.training.pretrainer import ElectraPretrainer
     from electra_tf.vocab import SpecialTokens
@@ -248,8 +249,10 @@ def worker_electra_tf_jax(args) -> dict:
         for k in args.steps_per_execution:  # one model per (variant, k), each from seed 0
             keras.utils.set_random_seed(0)
             start = time.perf_counter()
-            model = ElectraPretrainer.from_pretraining_config(
-                variant_config, SpecialTokens(**SPECIAL), **options)
+            with deferred_init.deferred_variables():  # as the trainer builds it
+                model = ElectraPretrainer.from_pretraining_config(
+                    variant_config, SpecialTokens(**SPECIAL), **options)
+                model.build_from_sequence_length()
             model.compile(optimizer=create_optimizer(variant_config).optimizer,
                           steps_per_execution=k)
             models[(variant, k) if args.model_variants != ["default"] else k] = model

@@ -27,6 +27,7 @@ from keras import ops
 
 from electra_tf.config import PretrainingConfig, generator_checks
 from electra_tf.config.model_config import ModelConfig, get_bert_config, get_generator_config
+from electra_tf.modeling import deferred_init
 from electra_tf.modeling.embeddings import DisentangledEmbeddings, ElectraEmbeddings
 from electra_tf.modeling.encoder import ElectraEncoder
 from electra_tf.modeling.heads import GeneratorHead
@@ -431,10 +432,15 @@ class PretrainingModel(keras.Model):
                 "disc_loss": losses.weight_sum(masked["input_mask"])}
 
     def build_from_sequence_length(self, seq_length: int = 8) -> None:
-        """Creates every variable by running one tiny eval-mode call (needed before restoring)."""
-        dummy = ops.ones((1, seq_length), "int32")
-        self({"input_ids": dummy * self._special.cls_id, "input_mask": dummy,
-              "segment_ids": dummy * 0}, seed=ops.zeros((2,), "int32"), training=False)
+        """Creates every variable by running one tiny eval-mode call (needed before restoring);
+        on JAX the call runs on shapes only, its variables initialized in a few compiled calls
+        (`deferred_init.build_by_shapes`: the same values, without an eager forward pass)."""
+        def call():
+            dummy = ops.ones((1, seq_length), "int32")
+            self({"input_ids": dummy * self._special.cls_id, "input_mask": dummy,
+                  "segment_ids": dummy * 0}, seed=ops.zeros((2,), "int32"), training=False)
+
+        deferred_init.build_by_shapes(call)
 
     # === Config ===
     def get_config(self):

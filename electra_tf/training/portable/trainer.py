@@ -58,6 +58,7 @@ from electra_tf import atomic, precision
 from electra_tf.config import PretrainingConfig
 from electra_tf.data.records.record_reader import BatchReader
 from electra_tf.errors import TrainingError
+from electra_tf.modeling import deferred_init
 from electra_tf.training import (board, collapse, dataset_checks, frozen_generator, npz_checkpoint,
                                  observers as observers_lib, optimization, preemption, run_base,
                                  run_dir, summaries)
@@ -169,10 +170,16 @@ class PortableTrainer(PretrainingRun):
             logger.info("data-parallel over %d devices: %s", len(self.devices),
                         ", ".join(str(d) for d in self.devices))
         keras.mixed_precision.set_global_policy(self.precision.policy)
+        cache = portable_support.use_compilation_cache(config.backend)
+        if cache:
+            logger.info("compiled programs cached in %s (%s=off: not)", cache,
+                        portable_support.COMPILATION_CACHE_ENV)
         keras.utils.set_random_seed(config.seed)  # weight init
-        self.model = ElectraPretrainer.from_pretraining_config(config, self.vocab.special,
-                                                               self.vocab.tokens, self.vocab.kind)
-        self.model.build_from_sequence_length()
+        # JAX: every variable built from shapes, initialized in a few compiled calls on leaving.
+        with deferred_init.deferred_variables():
+            self.model = ElectraPretrainer.from_pretraining_config(
+                config, self.vocab.special, self.vocab.tokens, self.vocab.kind)
+            self.model.build_from_sequence_length()
         self.optimizer, self.schedule = optimization.create_optimizer(
             config, config.optimizer, generator_variables=self.model.generator_variables())
         self.steps_per_execution = portable_support.steps_per_execution(config)
