@@ -20,7 +20,7 @@ import sys
 import time
 
 _CHILD = r"""
-import os, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
 for name in ("tensorflow", "tensorflow_text"):
     sys.modules[name] = None
@@ -66,7 +66,8 @@ for b in pool:
         t4 = time.perf_counter()
 t5 = time.perf_counter()
 print("RESULT " + json.dumps({
-    "import_jax_keras": t_jax - t0, "import_electra_tf": t_electra - t_jax, "build": t2 - t1,
+    "import_jax_keras": t_jax - t0, "import_electra_tf": t_electra - t_jax,
+    "model_build": t2 - t1,
     "compile_call": t3 - t2, "first_step": t4 - t3, "second_step": t5 - t4,
     "start_to_first_step": t4 - t0, "losses": losses, "device": str(jax.devices()[0]),
     "jax": jax.__version__, "keras": keras.__version__}))
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"{size} {build} round {r}: " + ", ".join(
                     f"{k} {row[k]:.1f} s" for k in ("import_jax_keras", "import_electra_tf",
-                                                    "build", "compile_call", "first_step",
+                                                    "model_build", "compile_call", "first_step",
                                                     "second_step", "start_to_first_step"))
                       + f"; loss {row['losses'][0]:.4f}; load {row['loadavg']}", flush=True)
     if args.out:

@@ -22,6 +22,9 @@
 #                        noattndrop,noattndrop+fused+pad128 (the hparams attention dropout 0,
 #                        fused_attention and vocab_padding_multiple 128, as a user sets them)
 #   7 profile_base_options  the base profile with noattndrop+fused+pad128
+#   8 base_xla_flags     phase 3's noattndrop row again under XLA_FLAGS=$GPU_XLA_FLAGS (XLA's
+#                        GPU scheduling: the latency-hiding scheduler, command buffers, no Triton
+#                        GEMMs): the A/B against phase 3, each flag set a process of its own
 #
 #   bash benchmarks/gpu_session.sh --dry-run   # CPU: the same phases on gpu_step.py's --tiny
 #                                              # model, batch 8, a few steps (tests/scripts)
@@ -114,6 +117,14 @@ phase trainer_small_options 130 "${STEP[@]}" --impl electra_tf_jax_trainer "${SI
   --out "$WORK/trainer_small_options.json"
 phase profile_base_options 130 "${PROFILE[@]}" "${SIZE_BASE[@]}" "${BASE_STEPS[@]}" \
   --model-variant noattndrop+fused+pad128 --out-dir "$WORK/profile_base_options"
+
+# XLA reads XLA_FLAGS once per process: the B row is a child of its own (gpu_step.py spawns one
+# per row, which inherits it); the CPU dry run checks that XLA accepts the flags.
+GPU_XLA_FLAGS=${GPU_XLA_FLAGS:-"--xla_gpu_enable_latency_hiding_scheduler=true \
+--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUDNN,CUSTOM_CALL --xla_gpu_enable_triton_gemm=false"}
+echo "base_xla_flags: XLA_FLAGS=$GPU_XLA_FLAGS" >> "$WORK/session.log"
+phase base_xla_flags 120 env XLA_FLAGS="$GPU_XLA_FLAGS" "${STEP[@]}" --impl electra_tf_jax \
+  "${SIZE_BASE[@]}" --model-variants noattndrop --no-peak --out "$WORK/base_xla_flags.json"
 
 echo "done at $(elapsed) s" | tee -a "$WORK/session.log"
 pack
