@@ -15,7 +15,8 @@ from electra_tf.training import portable_support
 
 hits = []
 jax.monitoring.register_event_listener(
-    lambda event, **kw: hits.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
+    lambda event, **kw: hits.append(event)
+    if event == "/jax/compilation_cache/cache_hits" else None)
 path = portable_support.use_compilation_cache("jax")
 out["path"] = np.array(path or "")
 out["torch"] = np.array(portable_support.use_compilation_cache("torch") or "")
