@@ -327,6 +327,7 @@ def capture(args) -> dict:
     import numpy as np
 
     from benchmarks import gpu_step, pretrain_step
+    from electra_tf.modeling import deferred_init
     from electra_tf.training.optimization import create_optimizer
     from electra_tf.training.pretrainer import ElectraPretrainer
     from electra_tf.vocab import SpecialTokens
@@ -337,8 +338,10 @@ def capture(args) -> dict:
     keras.mixed_precision.set_global_policy(config.mixed_precision)
     keras.utils.set_random_seed(0)
     start = time.perf_counter()
-    model = ElectraPretrainer.from_pretraining_config(
-        config, SpecialTokens(**pretrain_step.SPECIAL), **options)
+    with deferred_init.deferred_variables():  # as the trainer builds it
+        model = ElectraPretrainer.from_pretraining_config(
+            config, SpecialTokens(**pretrain_step.SPECIAL), **options)
+        model.build_from_sequence_length()
     model.compile(optimizer=create_optimizer(config).optimizer,
                   steps_per_execution=args.steps_per_execution)
     build = time.perf_counter() - start
