@@ -14,8 +14,10 @@ time on a CPU; the 39 s of ELECTRA-base's build on an H100, issue 45). Here:
   (the seed is the array `keras.random` draws from it), so the weights equal the eager build's
   (bit for bit on CPU: tests/modeling/test_deferred_init.py).
 
-Variables Keras initializes its own way keep it (`_deferred_initialize`): those with a layout
-(a `keras.distribution` is set), an initializer that is not a Keras `Initializer` (seed
+Variables Keras initializes its own way keep it (`_deferred_initialize`): those Keras makes in
+place on their devices (`_sharded_at_init`: under a `keras.distribution`, a layout-aware
+initializer or a table too large to be made on one device first; a replicated variable is made
+here and distributed, as Keras does), an initializer that is not a Keras `Initializer` (seed
 generator states: a constant, no compilation) or one seeded by a `SeedGenerator` (stateful).
 On TensorFlow and PyTorch both are no-ops around the eager path.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import copy
+import inspect
 import json
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -93,8 +96,7 @@ def _signature(variable) -> Optional[Tuple]:
     """The key of the compiled program that initializes `variable`, or None where Keras' own
     initialization is kept."""
     initializer = variable._initializer
-    variable._initialize_layout()
-    if variable._layout is not None or not isinstance(initializer, keras.initializers.Initializer):
+    if not isinstance(initializer, keras.initializers.Initializer) or _sharded_at_init(variable):
         return None
     seed = getattr(initializer, "seed", None)
     if seed is not None and not isinstance(seed, int):
@@ -106,6 +108,25 @@ def _signature(variable) -> Optional[Tuple]:
         return None
     return (type(initializer), settings, tuple(variable._shape), variable._dtype,
             seed is not None)
+
+
+def _sharded_at_init(variable) -> bool:
+    """Whether Keras initializes `variable` in place on its devices (a layout-aware initializer,
+    or one too large to be made on one device first): `JaxVariable._initialize_with_initializer`'s
+    own tests. Any other variable with a layout (`DataParallel`: replicated) is made on the
+    default device and distributed, which `_initialize` does for a value computed here too."""
+    # lazy: Keras' JAX backend, importable only under it
+    from keras.src.backend.jax.core import should_shard_at_init
+    from keras.src.distribution.distribution_lib import TensorLayout
+
+    variable._initialize_layout()
+    layout = variable._layout
+    if layout is None:
+        return False
+    if "layout" in inspect.signature(variable._initializer).parameters:
+        return True
+    backend_layout = layout.backend_layout if isinstance(layout, TensorLayout) else layout
+    return should_shard_at_init(backend_layout, variable._shape)
 
 
 def _seed_array(initializer):
