@@ -106,8 +106,11 @@ def _signature(variable) -> Optional[Tuple]:
         settings = json.dumps(settings, sort_keys=True)
     except (TypeError, ValueError, NotImplementedError):
         return None
+    import jax  # lazy: JAX is an optional backend, only this path needs it
+
+    # The device a program was compiled for (`jax.default_device` may change between builds).
     return (type(initializer), settings, tuple(variable._shape), variable._dtype,
-            seed is not None)
+            str(jax.config.jax_default_device), seed is not None)
 
 
 def _sharded_at_init(variable) -> bool:
