@@ -49,3 +49,10 @@ def test_off_and_a_cache_set_by_the_user(tmp_path):
     got = backends.run_on_backend("jax", _CHILD, env={"JAX_COMPILATION_CACHE_DIR": mine,
                                                       "ELECTRA_TF_JAX_COMPILATION_CACHE": "x"})
     assert str(got["path"]) == mine
+
+
+def test_an_unwritable_cache_directory_leaves_it_off(tmp_path):
+    backends.require("jax")
+    blocker = tmp_path / "file"
+    blocker.write_text("")  # a file where the directory's parent should be
+    assert _run(ELECTRA_TF_JAX_COMPILATION_CACHE=str(blocker / "cache"))[:2] == ("", 0)

@@ -113,7 +113,10 @@ def use_compilation_cache(backend: str) -> Optional[str]:
     if jax.config.jax_compilation_cache_dir:
         return jax.config.jax_compilation_cache_dir
     path = setting or os.path.join(downloads.default_cache_dir(), "jax-compilation")
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:  # a read-only home: the run compiles as without a cache
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     # Every compiled program, not only those over JAX's default 1 s (the initializers'
     # programs take a fraction of a second each, some 27 of them), unless the user chose.
