@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[5])))
 import gpu_step, pretrain_step
 from keras import ops
 from electra_tf.modeling import deferred_init
-from electra_tf.training import portable_support
+from electra_tf.training.portable import support as portable_support
 from electra_tf.training.optimization import create_optimizer
 from electra_tf.training.pretrainer import ElectraPretrainer
 from electra_tf.vocab import SpecialTokens

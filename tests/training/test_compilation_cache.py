@@ -11,7 +11,7 @@ _CHILD = """
 import jax
 import jax.numpy as jnp
 
-from electra_tf.training import portable_support
+from electra_tf.training.portable import support as portable_support
 
 hits = []
 jax.monitoring.register_event_listener(
