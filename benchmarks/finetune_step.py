@@ -101,6 +101,7 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> list:
 
 
 def load_average() -> list:
+    """The 1, 5 and 15 minute load averages (`/proc/loadavg`'s first three fields)."""
     return list(os.getloadavg())
 
 
