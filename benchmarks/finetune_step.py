@@ -127,7 +127,7 @@ def _worker(args: argparse.Namespace) -> None:
     from electra_tf.finetuning.pretrained import load_pretrained
 
     if args.worker == "tensorflow":
-        from electra_tf.training.strategy import set_inter_op_threads
+        from electra_tf.training.tf.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # as runner._run: one op at a time on a CPU-only machine
     config = FinetuningConfig.create("bench", tempfile.mkdtemp(prefix="finetune_step_"),
