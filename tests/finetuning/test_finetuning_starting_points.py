@@ -4,6 +4,7 @@ raw-text exports of each (tasks built from the default corpus; a tiny pretrained
 
 import os
 
+import keras
 import pytest
 import tensorflow as tf
 
@@ -122,7 +123,9 @@ def test_an_export_serves_every_task_of_the_run():
             fn = tf.function(lambda text: {"x": text}, input_signature=[tf.TensorSpec([None], tf.string)])
             return TaskServing({self.name: fn, f"{self.name}_ids": fn})
 
-    module = FinetunedModule(None, [Fake("sts"), Fake("chunk", ("B-NP", "O")), Fake("cola", ("0", "1"))])
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])  # float32: exported as is
+    module = FinetunedModule(model, [Fake("sts"), Fake("chunk", ("B-NP", "O")), Fake("cola", ("0", "1"))])
+    assert module.model is model
     assert sorted(module.signature_functions) == ["chunk", "chunk_ids", "cola", "cola_ids",
                                                   "serving_default", "sts", "sts_ids"]
     assert module.signature_functions["serving_default"] is module.signature_functions["sts"]
