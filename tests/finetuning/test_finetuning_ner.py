@@ -347,11 +347,14 @@ class _WordModel:
         for word, tag in tag_of.items():
             table[vocab.tokens.index(word)] = labels.index(tag)
         self.table = tf.constant(table)
+        self.num_labels = len(labels)
 
     def task_outputs(self, features, task_name, training=False):
         positions = features[f"{task_name}_labeled_positions"]
         first_pieces = tf.gather(features["input_ids"], positions, batch_dims=1)
-        return {"predictions": tf.gather(self.table, first_pieces)}
+        predictions = tf.gather(self.table, first_pieces)
+        # The head's outputs: serving takes the argmax of the logits.
+        return {"logits": tf.one_hot(predictions, self.num_labels), "predictions": predictions}
 
 
 def test_raw_text_serving_gives_entities_whose_offsets_slice_the_input(tokenizer):

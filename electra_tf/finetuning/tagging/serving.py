@@ -233,7 +233,10 @@ def tagging_serving(model, task_name: str, tokenizer: Tokenizer, labels: Sequenc
 
     def tag(features):
         outputs = model.task_outputs(features, task_name, training=False)
-        return outputs["predictions"]
+        # tf.argmax of the logits, not the head's keras.ops argmax (the same labels): on
+        # TensorFlow keras' float argmax guards -0.0 with a Bitcast, which ONNX (to-onnx, opset
+        # 15) has no op for. Classification serving does the same.
+        return tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32)
 
     @tf.function(input_signature=[text_spec("text")])
     def serve_text(text):
