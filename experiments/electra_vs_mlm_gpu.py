@@ -247,6 +247,10 @@ def slim_checkpoint(path: str) -> bytes:
     with np.load(path, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
         meta["slim"] = {"dropped": "optimizer", "float32_as": "float16"}
+        # A model-only checkpoint (as an import's ckpt-0.npz): its meta lists no optimizer
+        # members, or every reader's completeness check (npz_checkpoint.checkpoint_problem)
+        # would call it incomplete.
+        meta["optimizer_paths"] = []
         arrays["meta"] = np.array(json.dumps(meta))
         for key in archive.files:
             if key.startswith("model/"):
@@ -266,6 +270,9 @@ def unslim_checkpoint(data: bytes, path: str) -> None:
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
         arrays = {key: (archive[key].astype(np.float32) if archive[key].dtype == np.float16
                         else archive[key]) for key in archive.files}
+    meta = json.loads(str(arrays["meta"]))
+    meta["optimizer_paths"] = []  # model-only (a slim file of an earlier script lists them)
+    arrays["meta"] = np.array(json.dumps(meta))
     with atomic.atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             np.savez(f, **arrays)
