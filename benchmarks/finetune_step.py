@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.cli_types import positive_int  # noqa: E402
+from electra_tf import precision  # noqa: E402
 
 BACKENDS = ("tensorflow", "jax")
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -91,13 +91,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def cpu_flags(path: str = "/proc/cpuinfo") -> list:
-    """The CPU's AVX-512 and AMX flags (`grep -o 'avx512[a-z_0-9]*\\|amx[a-z_0-9]*'`)."""
-    try:
-        with open(path) as f:
-            return sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*)", f.read())))
-    except OSError:
-        return []
+def cpu_flags(path: str = precision.CPU_INFO) -> list:
+    """The CPU's AVX-512 and AMX flags (`grep -o 'avx512[a-z_0-9]*\\|amx[a-z_0-9]*'`), read by
+    `precision.read_cpu` (the reader `mixed_precision: auto` decides by)."""
+    flags = precision.read_cpu(path)[1] or ()
+    return sorted(f for f in flags if f.startswith(("avx512", "amx")))
 
 
 def load_average() -> list:
