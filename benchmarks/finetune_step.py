@@ -24,7 +24,7 @@ of `--seq-length`; the step's time does not depend on the ids (fixed shapes).
 
     python benchmarks/finetune_step.py --tiny --rounds 3 --steps 5        # a quick look
     python benchmarks/finetune_step.py --size small --rounds 6 --steps 5 \
-        --precision mixed_bfloat16                                        # what `auto` picks here
+        --precision auto                                 # each runner's default precision here
 
 Prints one JSON object: the arguments, the CPU's AVX-512 / AMX flags, the load average before
 and after, per backend the per-round ms/step (wall, cpu), their medians, and the ratio of JAX's
@@ -68,8 +68,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "Default: tensorflow,jax")
     parser.add_argument("--batch", type=positive_int, default=32, help="Default: 32")
     parser.add_argument("--seq-length", type=positive_int, default=128, help="Default: 128")
-    parser.add_argument("--precision", choices=["float32", "mixed_bfloat16"], default="float32",
-                        help="the Keras policy of both models. Default: float32")
+    parser.add_argument("--precision", choices=["float32", "mixed_bfloat16", "auto"],
+                        default="float32",
+                        help="the Keras policy of both models; auto: what `mixed_precision: "
+                             "auto` picks for each backend on this machine (the runners' "
+                             "default: each worker prints its choice). Default: float32")
     parser.add_argument("--no-dropout", action="store_true",
                         help="dropout rates 0 (an ablation; fine-tuning has 0.1)")
     parser.add_argument("--rounds", type=positive_int, default=5,
@@ -120,7 +123,7 @@ def _worker(args: argparse.Namespace) -> None:
     import numpy as np
 
     from electra_tf.finetuning import portable_runner, runner
-    from electra_tf.finetuning.config import FinetuningConfig
+    from electra_tf.finetuning.config import PRECISIONS, FinetuningConfig
     from electra_tf.finetuning.model import FinetuningModel, summed_loss
     from electra_tf.finetuning.pretrained import load_pretrained
 
@@ -128,6 +131,10 @@ def _worker(args: argparse.Namespace) -> None:
         from electra_tf.training.tf.strategy import set_inter_op_threads
 
         set_inter_op_threads()  # as runner._run: one op at a time on a CPU-only machine
+    if args.precision == "auto":  # as runner.run decides it
+        args.precision = precision.resolve(
+            "auto", precision.detect() if args.worker == "tensorflow"
+            else precision.detect_keras_backend(args.worker), PRECISIONS[1:]).policy
     config = FinetuningConfig.create("bench", tempfile.mkdtemp(prefix="finetune_step_"),
                                      _hparams(args))
     encoder = dict(load_pretrained(config).encoder_config)
@@ -175,7 +182,8 @@ def _worker(args: argparse.Namespace) -> None:
     compile_s = time.perf_counter() - start
     for _ in range(args.warmup):
         step()
-    print(json.dumps({"ready": True, "first_step_s": compile_s}), flush=True)
+    print(json.dumps({"ready": True, "first_step_s": compile_s, "precision": args.precision}),
+          flush=True)
     for line in sys.stdin:
         if line.strip() != "run":
             break
@@ -209,7 +217,7 @@ def main(argv=None) -> dict:
             if not ready:
                 raise RuntimeError(f"the {backend} worker exited before its first step: rerun "
                                    f"with --worker {backend} to see its error")
-            first[backend] = json.loads(ready)["first_step_s"]
+            first[backend] = json.loads(ready)
         rounds = {b: [] for b in args.backends}
         for _ in range(args.rounds):
             for backend, worker in workers.items():
@@ -224,7 +232,7 @@ def main(argv=None) -> dict:
             worker.wait()
     result["loadavg_after"] = load_average()
     result["backends"] = {
-        b: {"first_step_s": round(first[b], 2),
+        b: {"precision": first[b]["precision"], "first_step_s": round(first[b]["first_step_s"], 2),
             "rounds": [{k: round(v, 1) for k, v in r.items()} for r in rounds[b]],
             "median_wall_ms": round(statistics.median(r["wall_ms"] for r in rounds[b]), 1),
             "median_cpu_ms": round(statistics.median(r["cpu_ms"] for r in rounds[b]), 1)}

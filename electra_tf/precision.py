@@ -16,15 +16,25 @@ The decision table (`resolve`, a pure function of the requested policy and the `
 | GPU, compute capability >= 8.0 (A100, H100...) | mixed_bfloat16                                    |
 | GPU, compute capability < 8.0 (V100, T4...)    | mixed_float16 with dynamic loss scaling (float32  |
 |                                                | where the caller has no loss scaling)             |
-| CPU with AMX (amx_bf16) or AVX512_BF16         | mixed_bfloat16 (oneDNN's native bf16 kernels)     |
+| CPU with AMX (amx_bf16) or AVX512_BF16, under  | mixed_bfloat16 (oneDNN's native bf16 kernels)     |
+| TensorFlow or PyTorch                          |                                                   |
+| CPU under JAX (XLA:CPU), whatever its flags    | float32 (no native bf16 kernels: not faster)      |
 | any other CPU, or CPU flags unreadable         | float32                                           |
 
 An explicit policy is always honoured; on a device without native support for it a warning
 says so once per process (`warn_if_slow`), naming the device and the measured slowdown.
 
+XLA:CPU, JAX's CPU backend, multiplies bf16 with its own kernels, not oneDNN's AVX512_BF16 /
+AMX ones (and electra-tf turns its YNNPACK fusions off: `portable_runner.cpu_compiler_options`),
+so bf16 buys nothing there and costs casts: on a 2-core AMD EPYC Zen 4 with AVX512_BF16,
+ELECTRA-small pretraining on JAX ran 10.7 sequences/s in bf16 against 11.2 in float32, and a
+fine-tuning step took 3.9-4.3 s of CPU time against 3.7-3.8 (docs/benchmarks.md). So `auto`
+picks float32 for JAX on any CPU; an explicit mixed_bfloat16 there runs, with the warning.
+
 `detect` reads the facts of the device TensorFlow will run on: a TPU strategy, else the GPUs
 TensorFlow sees (the lowest compute capability among them: every replica runs the same
-policy), else the CPU's flags from /proc/cpuinfo.
+policy), else the CPU's flags from /proc/cpuinfo; `detect_keras_backend` those of the device
+JAX or PyTorch runs on.
 
 Exports compute in `export_precision` (float32 by default) whatever the run trained in:
 `in_export_precision` gives the exporter a copy of the model under that policy.
@@ -41,6 +51,7 @@ logger = logging.getLogger("electra_tf")
 
 AUTO = "auto"
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+BACKENDS = ("tensorflow", "jax", "torch")
 CPU_INFO = "/proc/cpuinfo"
 # The CPU flags (as Linux names them in /proc/cpuinfo) under which oneDNN multiplies bf16
 # natively: AMX tiles (Sapphire Rapids and later) or AVX512_BF16 (Cooper Lake, Zen 4 and later).
@@ -50,15 +61,20 @@ MIN_BF16_COMPUTE_CAPABILITY = (8, 0)
 # What the emulation costs, as measured (issue 30; docs/benchmarks.md): quoted in the warnings.
 EMULATED_BF16_SLOWDOWN = ("~7x slower than float32 (ELECTRA-small pretraining at batch 32 on an "
                           "AMD EPYC Zen 3: 1.9 against 12.4 sequences/s)")
+# What bf16 does on XLA:CPU (JAX), as measured on an AVX512_BF16 CPU (docs/benchmarks.md).
+XLA_CPU_BF16 = ("JAX's CPU backend (XLA:CPU) has no native bf16 matmul kernels: bf16 is no faster "
+                "than float32 there (ELECTRA-small pretraining on an AVX512_BF16 AMD EPYC: 10.7 "
+                "against 11.2 sequences/s)")
 
 
 # The tools' `--help` paragraph on the mixed_precision hparam.
 AUTO_HELP = ('mixed_precision "auto" (the default) picks the fastest correct precision for the '
              "device and prints it at start (config.json records it): mixed_bfloat16 on a TPU, "
              "a GPU of compute capability 8.0 or more, or a CPU with AMX or AVX512_BF16 (read "
-             "from /proc/cpuinfo); mixed_float16 with dynamic loss scaling on older GPUs "
-             "(pretraining; fine-tuning takes float32 there); float32 on any other CPU, where "
-             "bf16 is emulated (~7x slower). An explicit float32, mixed_bfloat16 or "
+             "from /proc/cpuinfo) under TensorFlow or PyTorch; mixed_float16 with dynamic loss "
+             "scaling on older GPUs (pretraining; fine-tuning takes float32 there); float32 on "
+             "any other CPU, where bf16 is emulated (~7x slower), and on every CPU under JAX, "
+             "whose CPU backend has no native bf16 kernels. An explicit float32, mixed_bfloat16 or "
              "mixed_float16 is always used as given, with a warning where the device emulates it.")
 
 
@@ -71,16 +87,22 @@ class DeviceFacts:
         name: str. The device's name as shown to the user ("AMD EPYC", "NVIDIA H100 80GB HBM3").
         cpu_flags: frozenset of str. The CPU's feature flags (Linux names); None if unreadable.
         compute_capability: (major, minor) of the GPU (the lowest of several), else None.
+        backend: str. The Keras backend that computes on it ("tensorflow", "jax", "torch"): on
+            a CPU it decides whose kernels multiply (oneDNN's or XLA:CPU's).
     """
 
     kind: str
     name: str
     cpu_flags: Optional[frozenset] = None
     compute_capability: Optional[Tuple[int, int]] = None
+    backend: str = "tensorflow"
 
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu", "tpu"):
             raise ValueError(f"device kind must be cpu, gpu or tpu, got {self.kind!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
+                             f"{self.backend!r}")
 
     def describe(self) -> str:
         """The device in a few words, for the decision's reason and warnings."""
@@ -126,6 +148,8 @@ def native_bf16(facts: DeviceFacts) -> Tuple[bool, str]:
         native = tuple(facts.compute_capability) >= MIN_BF16_COMPUTE_CAPABILITY
         return native, (f"{facts.describe()} {'has' if native else 'lacks'} native bf16 "
                         f"(compute capability 8.0 and above)")
+    if facts.backend == "jax":
+        return False, f"{facts.describe()}: {XLA_CPU_BF16}"
     if facts.cpu_flags is None:
         return False, f"{facts.describe()}: CPU flags unreadable, native bf16 unknown"
     seen = [flag for flag in NATIVE_BF16_CPU_FLAGS if flag in facts.cpu_flags]
@@ -254,7 +278,7 @@ def detect_keras_backend(backend: str, cpu_info: str = CPU_INFO) -> DeviceFacts:
     """The facts of the device Keras trains on with the JAX or PyTorch backend (no TensorFlow).
 
     Args:
-        backend: "jax" or "torch".
+        backend: "jax" or "torch" (recorded in the facts: on a CPU it decides `native_bf16`).
         cpu_info: where to read the CPU's flags.
     """
     if backend == "jax":
@@ -262,20 +286,21 @@ def detect_keras_backend(backend: str, cpu_info: str = CPU_INFO) -> DeviceFacts:
 
         device = jax.devices()[0]
         if device.platform == "tpu":
-            return DeviceFacts("tpu", getattr(device, "device_kind", ""))
+            return DeviceFacts("tpu", getattr(device, "device_kind", ""), backend=backend)
         if device.platform == "gpu":
             capability = getattr(device, "compute_capability", None)
             parsed = tuple(int(x) for x in str(capability).split(".")[:2]) if capability else None
             return DeviceFacts("gpu", getattr(device, "device_kind", "GPU"),
-                               compute_capability=parsed)
+                               compute_capability=parsed, backend=backend)
     elif backend == "torch":
         import torch
 
         if torch.cuda.is_available():
             return DeviceFacts("gpu", torch.cuda.get_device_name(0),
-                               compute_capability=tuple(torch.cuda.get_device_capability(0)))
+                               compute_capability=tuple(torch.cuda.get_device_capability(0)),
+                               backend=backend)
     name, flags = read_cpu(cpu_info)
-    return DeviceFacts("cpu", name, cpu_flags=flags)
+    return DeviceFacts("cpu", name, cpu_flags=flags, backend=backend)
 
 
 def choose(requested: str, strategy=None, allowed: Iterable[str] = POLICIES,

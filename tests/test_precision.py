@@ -25,6 +25,10 @@ A100 = DeviceFacts("gpu", "NVIDIA A100", compute_capability=(8, 0))
 V100 = DeviceFacts("gpu", "Tesla V100", compute_capability=(7, 0))
 T4 = DeviceFacts("gpu", "Tesla T4", compute_capability=(7, 5))
 TPU = DeviceFacts("tpu", "")
+# The same CPUs under JAX: XLA:CPU multiplies bf16 with no native kernels, whatever the flags.
+ZEN4_JAX = DeviceFacts("cpu", "AMD EPYC 9R14", ZEN4.cpu_flags, backend="jax")
+XEON_JAX = DeviceFacts("cpu", "Intel Xeon Platinum 8488C", XEON.cpu_flags, backend="jax")
+XEON_TORCH = DeviceFacts("cpu", "Intel Xeon Platinum 8488C", XEON.cpu_flags, backend="torch")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -34,6 +38,9 @@ TPU = DeviceFacts("tpu", "")
     (XEON, "mixed_bfloat16", "AMX_BF16"),
     (ZEN4, "mixed_bfloat16", "AVX512_BF16"),
     (ZEN3, "float32", "no AVX512_BF16 or AMX"),
+    (ZEN4_JAX, "float32", "XLA:CPU"),
+    (XEON_JAX, "float32", "no native bf16 matmul kernels"),
+    (XEON_TORCH, "mixed_bfloat16", "AMX_BF16"),
     (NO_FLAGS, "float32", "CPU flags unreadable"),
     (H100, "mixed_bfloat16", "compute capability 9.0"),
     (A100, "mixed_bfloat16", "compute capability 8.0"),
@@ -69,6 +76,7 @@ def test_explicit_policy_is_honoured_everywhere(requested):
 @pytest.mark.parametrize("requested,facts,slow", [
     ("mixed_bfloat16", ZEN3, "AMD EPYC has no AVX512_BF16 or AMX"),
     ("mixed_bfloat16", NO_FLAGS, "CPU flags unreadable"),
+    ("mixed_bfloat16", ZEN4_JAX, "no faster than float32"),
     ("mixed_bfloat16", V100, "lacks native bf16"),
     ("mixed_float16", ZEN3, "no fast float16"),
     ("mixed_float16", XEON, "no fast float16"),
@@ -88,6 +96,21 @@ def test_unknown_policy_is_refused():
         resolve("bf16", ZEN3)
     with pytest.raises(ValueError):
         DeviceFacts("npu", "x")
+    with pytest.raises(ValueError, match="backend must be one of tensorflow, jax, torch"):
+        DeviceFacts("cpu", "x", backend="numpy")
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_keras_backend_facts_name_the_backend(backend, tmp_path):
+    """On this CPU-only machine: the facts of JAX's or PyTorch's device are the CPU's (its flags
+    from the cpuinfo given) and record the backend, which decides bf16 on a CPU."""
+    pytest.importorskip(backend)
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO)
+    facts = precision.detect_keras_backend(backend, cpu_info=str(path))
+    assert (facts.kind, facts.backend) == ("cpu", backend)
+    assert "avx512_bf16" in facts.cpu_flags
+    assert resolve("auto", facts).policy == ("float32" if backend == "jax" else "mixed_bfloat16")
 
 
 def test_emulated_bf16_warns_once_naming_the_device_and_slowdown(monkeypatch, caplog):

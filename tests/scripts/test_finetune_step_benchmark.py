@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from benchmarks import finetune_step
+from electra_tf import precision
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -16,7 +17,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def test_help_names_the_size_flags():
     out = subprocess.run([sys.executable, "benchmarks/finetune_step.py", "--help"], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=True).stdout
-    assert "--tiny" in out and "--size" in out and "--no-dropout" in out
+    assert "--tiny" in out and "--size" in out and "--no-dropout" in out and "auto" in out
 
 
 def test_unknown_backend_is_refused_in_one_line(capsys):
@@ -44,7 +45,8 @@ def test_tiny_run_times_both_backends_alternately(tmp_path):
     vocab = tmp_path / "vocab.txt"  # the model's vocab_size stays BERT's; any smaller vocab fits
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     out = subprocess.run([sys.executable, "benchmarks/finetune_step.py", "--tiny", "--rounds", "2",
-                          "--steps", "1", "--warmup", "1", "--vocab-file", str(vocab)],
+                          "--steps", "1", "--warmup", "1", "--vocab-file", str(vocab),
+                          "--precision", "auto"],
                          cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
     result = json.loads(out)
     for backend in finetune_step.BACKENDS:
@@ -52,4 +54,9 @@ def test_tiny_run_times_both_backends_alternately(tmp_path):
         assert len(timing["rounds"]) == 2
         assert timing["median_cpu_ms"] > 0 and timing["median_wall_ms"] > 0
     assert set(result["jax_over_tensorflow"]) == {"wall", "cpu"}
+    # auto as each runner decides it on this CPU: JAX's CPU backend always float32
+    name, flags = precision.read_cpu()
+    assert result["backends"]["tensorflow"]["precision"] == precision.resolve(
+        "auto", precision.DeviceFacts("cpu", name, flags), ("float32", "mixed_bfloat16")).policy
+    assert result["backends"]["jax"]["precision"] == "float32"
     assert len(result["loadavg_before"]) == 3
