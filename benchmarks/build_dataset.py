@@ -412,13 +412,11 @@ def bench_hf(vocab_file, corpus_dir, workdir):
 def environment():
     from importlib import metadata
 
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": model, "cpu_count": os.cpu_count(), "python": platform.python_version(),
+    from electra_tf import precision
+
+    model, flags = precision.read_cpu()
+    return {"cpu": model, "cpu_flags": precision.recorded_cpu_flags(flags),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "tensorflow": metadata.version("tensorflow"),
             "tensorflow-text": metadata.version("tensorflow-text"),
             "numpy": metadata.version("numpy"), "loadavg_start": os.getloadavg()}

@@ -97,8 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def cpu_flags(path: str = precision.CPU_INFO) -> list:
     """The CPU's AVX-512 and AMX flags (`grep -o 'avx512[a-z_0-9]*\\|amx[a-z_0-9]*'`), read by
     `precision.read_cpu` (the reader `mixed_precision: auto` decides by)."""
-    flags = precision.read_cpu(path)[1] or ()
-    return sorted(f for f in flags if f.startswith(("avx512", "amx")))
+    return precision.recorded_cpu_flags(precision.read_cpu(path)[1])
 
 
 def load_average() -> list:

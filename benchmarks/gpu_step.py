@@ -481,8 +481,7 @@ def machine_info() -> dict:
     from electra_tf import precision
 
     cpu, flags = precision.read_cpu()
-    info = {"cpu": cpu, "cpu_flags": sorted(f for f in flags or ()
-                                            if f.startswith(("avx512", "amx"))),
+    info = {"cpu": cpu, "cpu_flags": precision.recorded_cpu_flags(flags),
             "nproc": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "gpus": []}
     if shutil.which("nvidia-smi"):

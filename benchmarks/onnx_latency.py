@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import sys
@@ -37,20 +36,20 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.cli_types import positive_int  # noqa: E402
+from electra_tf import precision  # noqa: E402
 
 
-def cpu_flags() -> str:
-    """The AVX-512 / AMX flags of /proc/cpuinfo, else whether AVX2 and FMA are there."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            text = f.read()
-    except OSError:
-        return platform.processor() or "unknown"
-    wide = sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*)\b", text)))
+def cpu_flags(path: str = precision.CPU_INFO) -> str:
+    """The AVX-512 / AMX flags of the CPU (`precision.recorded_cpu_flags`), else whether AVX2 and
+    FMA are there."""
+    flags = precision.read_cpu(path)[1]
+    if flags is None:
+        return "unknown"
+    wide = precision.recorded_cpu_flags(flags)
     if wide:
         return " ".join(wide)
-    flags = set(re.findall(r"\b(avx2|fma)\b", text))
-    return ("AVX2+FMA" if flags == {"avx2", "fma"} else " ".join(sorted(flags)) or "no AVX2") + \
+    base = {"avx2", "fma"} & flags
+    return ("AVX2+FMA" if base == {"avx2", "fma"} else " ".join(sorted(base)) or "no AVX2") + \
         ", no AVX-512"
 
 

@@ -245,6 +245,17 @@ def read_cpu(path: str = CPU_INFO) -> Tuple[str, Optional[frozenset]]:
     return name or _platform_cpu_name(), flags
 
 
+def recorded_cpu_flags(flags: Optional[Iterable[str]]) -> list:
+    """The AVX-512 and AMX flags among `flags`, sorted: what `grep -o
+    'avx512[a-z_0-9]*\\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u` prints, the CPU record every
+    benchmark figure carries (docs/benchmarks.md).
+
+    Args:
+        flags: a CPU's flags (`read_cpu`'s), or None when unreadable.
+    """
+    return sorted(f for f in flags or () if f.startswith(("avx512", "amx")))
+
+
 def _platform_cpu_name() -> str:
     import platform
 

@@ -324,3 +324,12 @@ def test_the_tool_prints_and_records_what_auto_picks_on_this_machine(data_dir):
         saved = json.load(f)
     assert (saved["mixed_precision"], saved["resolved_mixed_precision"],
             saved["resolved_mixed_precision_reason"]) == ("auto", expected.policy, expected.reason)
+
+
+def test_recorded_cpu_flags_are_the_avx512_and_amx_ones_sorted():
+    """The CPU record of every benchmark figure (`grep -o 'avx512...\\|amx...' | sort -u`)."""
+    flags = frozenset({"fpu", "avx2", "fma", "avx512vl", "avx512f", "amx_tile", "avx512_bf16"})
+    assert precision.recorded_cpu_flags(flags) == ["amx_tile", "avx512_bf16", "avx512f",
+                                                   "avx512vl"]
+    assert precision.recorded_cpu_flags(None) == []
+    assert precision.recorded_cpu_flags({"avx2", "fma"}) == []

@@ -28,3 +28,18 @@ def test_non_positive_counts_are_rejected(capsys):
     with pytest.raises(SystemExit) as exit_info:
         onnx_latency.main(["--calls", "0"])
     assert exit_info.value.code == 2 and "--calls" in capsys.readouterr().err
+
+
+def test_cpu_flags_name_avx512_else_what_the_cpu_has(tmp_path):
+    """The CPU record read through `precision.read_cpu`: AVX-512 / AMX names, else AVX2 / FMA."""
+    from benchmarks import onnx_latency
+
+    def flags(line):
+        path = tmp_path / "cpuinfo"
+        path.write_text(f"model name\t: x\nflags\t\t: {line}\n")
+        return onnx_latency.cpu_flags(str(path))
+
+    assert flags("fpu avx2 fma avx512f avx512_bf16") == "avx512_bf16 avx512f"
+    assert flags("fpu avx2 fma sse4_2") == "AVX2+FMA, no AVX-512"
+    assert flags("fpu sse4_2") == "no AVX2, no AVX-512"
+    assert onnx_latency.cpu_flags(str(tmp_path / "absent")) == "unknown"
