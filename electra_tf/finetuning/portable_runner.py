@@ -316,11 +316,25 @@ def cpu_compiler_options() -> Optional[Dict[str, str]]:
     return {"xla_cpu_experimental_ynn_fusion_type": ""} if jax.default_backend() == "cpu" else None
 
 
-def _build(model: FinetuningModel, batch: Dict[str, np.ndarray]) -> None:
+def _build(model: FinetuningModel, batch: Dict[str, np.ndarray],
+           task_name: Optional[str] = None) -> None:
     """Marks the model built (its variables exist from construction; `stateless_call` wants a
-    call first): one eval-mode call on a row of `batch` (no dropout draw, no state change)."""
-    if not model.built:
-        model({k: v[:1] for k, v in batch.items()}, training=False)
+    call first): one eval-mode call on a row of `batch` (no dropout draw, no state change).
+
+    Args:
+        batch: every task's features (a training batch), or `task_name`'s only.
+        task_name: when given, only that task's head is called: an unbuilt multi-task model
+            (evaluation without training) has no other task's features to call the others
+            with, and their variables exist already (`TaskHeads` builds every head).
+    """
+    if model.built:
+        return
+    row = {k: v[:1] for k, v in batch.items()}
+    if task_name is None:
+        model(row, training=False)
+    else:
+        model.task_outputs(row, task_name, training=False)
+        model.built = True
 
 
 def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarray],
@@ -331,7 +345,7 @@ def predict(model: FinetuningModel, task_name: str, features: Dict[str, np.ndarr
     after), so the forward pass compiles once.
     """
     features = prefixed(task_name, features)
-    _build(model, {k: v[:1] for k, v in features.items()})
+    _build(model, features, task_name)
     forward = _jax_forward(model, task_name) if keras.backend.backend() == "jax" \
         else _torch_forward(model, task_name)
     n = len(features["input_ids"])

@@ -202,6 +202,61 @@ def test_the_tool_fine_tunes_classification_on_jax_without_tensorflow(tmp_path):
     assert accuracy == pytest.approx(results["trials"][0]["metrics"]["source"]["dev"]["accuracy"])
 
 
+# Predicts each task of an unbuilt two-task model from that task's features alone (evaluation
+# without training), then the same weights in a model built by a call with every task's.
+_PREDICT_UNBUILT = """
+import keras
+from electra_tf.finetuning import portable_runner
+from electra_tf.finetuning.model import FinetuningModel
+
+encoder = dict(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+               intermediate_size=32, max_position_embeddings=16, embedding_size=8)
+tasks = [{"name": "topic", "family": "classification", "num_labels": 3},
+         {"name": "tags", "family": "tagging", "num_labels": 5}]
+shared = {k: inp[k] for k in ("input_ids", "input_mask", "segment_ids")}
+own = {"topic": {"label_ids": inp["label_ids"]},
+       "tags": {"labels": inp["labels"], "labeled_positions": inp["labeled_positions"],
+                "weights": inp["weights"]}}
+keras.utils.set_random_seed(0)
+unbuilt = FinetuningModel(encoder, tasks)
+for name in ("topic", "tags"):
+    for key, value in portable_runner.predict(unbuilt, name, dict(shared, **own[name]), 2).items():
+        out[f"unbuilt:{name}:{key}"] = value
+built = FinetuningModel(encoder, tasks)
+built(dict(shared, **{f"{t}_{k}": v[:1] for t in own for k, v in own[t].items()},
+           **{k: v[:1] for k, v in shared.items()}), training=False)
+for source, target in zip(unbuilt.variables, built.variables):
+    target.assign(source.value)
+for name in ("topic", "tags"):
+    for key, value in portable_runner.predict(built, name, dict(shared, **own[name]), 2).items():
+        out[f"built:{name}:{key}"] = value
+"""
+
+
+@pytest.mark.parametrize("backend", backends.BACKENDS)
+def test_an_unbuilt_multi_task_model_predicts_each_task_from_its_own_features(backend):
+    """Evaluation without training (`do_train: false`) on JAX or PyTorch: predicting one task
+    of a fresh multi-task model builds it with that task's head only (it called every head
+    with one task's features, and the tagging head found no `tags_labeled_positions`)."""
+    backends.require(backend)
+    rng = np.random.default_rng(0)
+    n, seq = 3, 8
+    inputs = {"input_ids": rng.integers(1, 50, (n, seq)).astype(np.int32),
+              "input_mask": np.ones((n, seq), np.int32),
+              "segment_ids": np.zeros((n, seq), np.int32),
+              "label_ids": rng.integers(0, 3, n).astype(np.int32),
+              "labels": rng.integers(0, 5, (n, seq)).astype(np.int32),
+              "labeled_positions": np.tile(np.arange(seq, dtype=np.int32), (n, 1)),
+              "weights": np.ones((n, seq), np.float32)}
+    out = backends.run_on_backend(backend, _PREDICT_UNBUILT, inputs, timeout=300)
+    unbuilt = {k[len("unbuilt:"):]: v for k, v in out.items() if k.startswith("unbuilt:")}
+    assert {"topic:logits", "tags:logits"} <= set(unbuilt)
+    assert unbuilt["topic:logits"].shape == (n, 3)
+    for key, value in unbuilt.items():
+        np.testing.assert_allclose(value, out[f"built:{key}"], rtol=1e-6, atol=1e-6,
+                                   err_msg=key)
+
+
 @pytest.mark.parametrize("backend", backends.BACKENDS)
 def test_jax_and_torch_refuse_no_family(backend):
     """Question answering included (the whole tool: the slow test below)."""
