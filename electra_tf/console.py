@@ -30,6 +30,9 @@ DATE_FORMAT = "%H:%M:%S"
 # parse flags: "0" quiet, "1" verbose.
 VERBOSE_ENV = "ELECTRA_TF_VERBOSE"
 KERAS_BACKEND_ENV = "KERAS_BACKEND"  # read by Keras once, at import
+# The Keras backends electra-tf runs on (`--backend`, the `backend` hparam): one list for
+# the config checks, the tools, the capability table, the precision decision and fine-tuning.
+KERAS_BACKENDS = ("tensorflow", "jax", "torch")
 
 _verbose = False
 

@@ -49,11 +49,12 @@ import dataclasses
 import logging
 from typing import Any, Callable, Iterable, Iterator, Optional, Tuple
 
+from electra_tf.console import KERAS_BACKENDS
+
 logger = logging.getLogger("electra_tf")
 
 AUTO = "auto"
 POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
-BACKENDS = ("tensorflow", "jax", "torch")
 CPU_INFO = "/proc/cpuinfo"
 # The CPU flags (as Linux names them in /proc/cpuinfo) under which oneDNN multiplies bf16
 # natively: AMX tiles (Sapphire Rapids and later) or AVX512_BF16 (Cooper Lake, Zen 4 and later).
@@ -102,8 +103,8 @@ class DeviceFacts:
     def __post_init__(self):
         if self.kind not in ("cpu", "gpu", "tpu"):
             raise ValueError(f"device kind must be cpu, gpu or tpu, got {self.kind!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got "
+        if self.backend not in KERAS_BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(KERAS_BACKENDS)}, got "
                              f"{self.backend!r}")
 
     def describe(self) -> str:

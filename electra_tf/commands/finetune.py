@@ -71,7 +71,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                         "with, instead of a WordPiece vocab (the vocab_file hparam): checked "
                         "against the starting point's; with random_init, the vocabulary. The "
                         "fine-tuned SavedModels tokenise raw text with it in-graph")
-    parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"),
+    parser.add_argument("--backend", choices=console.KERAS_BACKENDS,
                         default="tensorflow",
                         help="the Keras backend to fine-tune with: tensorflow (the default; every "
                         "family, SavedModel export), jax or torch (no TensorFlow needed: "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import typing
 
-from electra_tf import precision
+from electra_tf import console, precision
 from electra_tf.config import generator_checks, probe_settings
 from electra_tf.errors import is_utf8_path, shown_path
 from electra_tf.config.hparams import MAX_INT32, ConfigError, coerce_hparam
@@ -20,7 +20,7 @@ from electra_tf.config.model_config import ModelConfig, get_bert_config, get_gen
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 # The Keras backend a run trains with: TensorFlow (the default, the fidelity reference; every
 # feature) or JAX / PyTorch (electra_tf.training.portable.trainer).
-BACKENDS = ("tensorflow", "jax", "torch")
+BACKENDS = console.KERAS_BACKENDS
 # "auto": the fastest correct precision for the device the run meets (electra_tf.precision).
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 OPTIMIZERS = ("adamw", "lamb")

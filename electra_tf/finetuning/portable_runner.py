@@ -46,6 +46,7 @@ import keras
 import numpy as np
 
 from electra_tf import atomic
+from electra_tf.console import KERAS_BACKENDS
 from electra_tf.finetuning.model import FinetuningModel, summed_loss
 from electra_tf.finetuning.task import (CLASSIFICATION, QUESTION_ANSWERING, REGRESSION, TAGGING,
                                         prefixed)
@@ -53,7 +54,7 @@ from electra_tf.training import npz_checkpoint, optimization
 
 logger = logging.getLogger("electra_tf")
 
-BACKENDS = ("tensorflow", "jax", "torch")
+BACKENDS = KERAS_BACKENDS
 PORTABLE_FAMILIES = (CLASSIFICATION, REGRESSION, TAGGING, QUESTION_ANSWERING)
 TASK_ID = "task_id"
 WEIGHTS_NAME = "weights.npz"  # in <tasks>_model_<trial>/ on JAX: `weights_archive`

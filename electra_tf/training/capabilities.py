@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Callable, Dict, NamedTuple, Tuple
 
 from electra_tf.config import PretrainingConfig
+from electra_tf.console import KERAS_BACKENDS
 from electra_tf.errors import TrainingError
 
-BACKENDS = ("tensorflow", "jax", "torch")
+BACKENDS = KERAS_BACKENDS
 
 
 class Capability(NamedTuple):
