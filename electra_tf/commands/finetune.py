@@ -74,8 +74,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument("--backend", choices=console.KERAS_BACKENDS,
                         default="tensorflow",
                         help="the Keras backend to fine-tune with: tensorflow (the default; every "
-                        "family, SavedModel export), jax or torch (no TensorFlow needed: "
-                        "classification, regression and tagging tasks; starts from a run of "
+                        "family, SavedModel export), jax or torch (no TensorFlow needed: every "
+                        "family too; starts from a run of "
                         "any backend, a TensorFlow one only where TensorFlow is installed too; "
                         "checkpoints every save_checkpoints_steps steps, resumed by a rerun; "
                         "saves the fine-tuned weights, <tasks>_model_<trial>/weights.npz, not a "
