@@ -20,6 +20,7 @@
 #       (tests/scripts/test_gpu_finetune.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_host.sh
 
 TARGET_SECONDS=60
 MODE=gpu
@@ -69,10 +70,7 @@ else
   TASK=bbc_news
   [ -f .gpu_data/finetune.tar.xz ] || { echo "no .gpu_data/finetune.tar.xz: run" \
     "bash benchmarks/gpu_finetune.sh --prepare DATA_DIR here and carry .gpu_data" >&2; exit 2; }
-  if ! "$PYTHON" -c "import keras" 2>/dev/null && ls .gpu_wheels/*.whl >/dev/null 2>&1; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target /tmp/site .gpu_wheels/*.whl && export PYTHONPATH=/tmp/site
-  fi
+  install_gpu_wheels
   RAW="$(dirname "$WORK")/data"
   mkdir -p "$RAW" && tar -xJf .gpu_data/finetune.tar.xz -C "$RAW"
   # docs/finetuning.md's command: the task's 3 epochs at batch 32, sequence 128; auto precision
@@ -85,12 +83,7 @@ else
 fi
 
 {
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
-  "$PYTHON" -c "import jax, keras; print('jax', jax.__version__, jax.devices()); \
-print('keras', keras.__version__)" 2>&1
-  git log -1 --format='commit %h' 2>/dev/null || true
-  grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+  machine_record
   echo "hparams: $HPARAMS"
 } > "$WORK/info.txt" 2>&1
 cat "$WORK/info.txt"

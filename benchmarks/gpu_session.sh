@@ -30,6 +30,7 @@
 #                                              # model, batch 8, a few steps (tests/scripts)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source benchmarks/gpu_host.sh
 
 DRY_RUN=0
 [ "${1:-}" = "--dry-run" ] && DRY_RUN=1
@@ -51,10 +52,7 @@ else
   PYTHON=${PYTHON:-python3}
   SIZE_SMALL=(--size small) SIZE_BASE=(--size base) BATCH=128 BATCH_BIG=512 DEVICE=()
   SMALL_STEPS=(--steps 10) BASE_STEPS=(--steps 5) STEP_ARGS=() SPE=16
-  if ! "$PYTHON" -c "import keras" 2>/dev/null && ls .gpu_wheels/*.whl >/dev/null 2>&1; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target /tmp/site .gpu_wheels/*.whl && export PYTHONPATH=/tmp/site
-  fi
+  install_gpu_wheels
 fi
 
 elapsed() { echo $(( $(date +%s) - START )); }
@@ -85,15 +83,7 @@ phase() {
   pack
 }
 
-{
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
-  "$PYTHON" -c "import jax, keras, keras_hub; print('jax', jax.__version__, jax.devices()); \
-print('keras', keras.__version__, 'keras_hub', keras_hub.__version__)" 2>&1
-  git log -1 --format='commit %h' 2>/dev/null || true
-  grep -o 'avx512[a-z_0-9]*\|amx[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' '; echo
-  uptime
-} > "$WORK/info.txt" 2>&1
+machine_record > "$WORK/info.txt" 2>&1
 cat "$WORK/info.txt"
 
 PROFILE=("$PYTHON" benchmarks/profile_step.py --dtype bfloat16 --batch "$BATCH" "${DEVICE[@]}")
