@@ -46,7 +46,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.cli_types import positive_int  # noqa: E402
-from electra_tf import precision  # noqa: E402
+from electra_tf import malloc_tunables, precision  # noqa: E402
 
 BACKENDS = ("tensorflow", "jax")
 TINY = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -81,6 +81,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="steps per round. Default: 5")
     parser.add_argument("--warmup", type=positive_int, default=3,
                         help="untimed steps after compiling. Default: 3")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="run the JAX worker with glibc's malloc as it comes, not with the "
+                             "tunables `run_finetuning.py --backend jax` sets on a CPU "
+                             "(electra_tf/malloc_tunables.py; an ablation)")
     parser.add_argument("--vocab-file", default=os.path.join(REPO_ROOT, "pretrain_data", "vocab.txt"),
                         help="the BERT vocab (its size is the embedding's). "
                              "Default: pretrain_data/vocab.txt")
@@ -193,15 +197,29 @@ def _worker(args: argparse.Namespace) -> None:
                           "loss": loss}), flush=True)
 
 
+def worker_argv(argv: list) -> list:
+    """The parent's arguments less `--backends` and its value (each worker times one)."""
+    forwarded, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--backends":
+            skip = True
+        elif not arg.startswith("--backends="):
+            forwarded.append(arg)
+    return forwarded
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     if args.worker:
         _worker(args)
         return {}
-    forwarded = [a for a in (argv if argv is not None else sys.argv[1:])
-                 if not a.startswith("--backends")]
+    forwarded = worker_argv(argv if argv is not None else sys.argv[1:])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    # The JAX worker starts as `run_finetuning.py --backend jax` re-executes itself on a CPU.
+    jax_env = env if args.default_malloc else malloc_tunables.environ_for_jax(env) or env
     result = {"args": {k: v for k, v in vars(args).items() if k != "worker"},
               "cpu_flags": cpu_flags(), "cpu_count": os.cpu_count(),
               "loadavg_before": load_average()}
@@ -211,7 +229,7 @@ def main(argv=None) -> dict:
             workers[backend] = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--worker", backend] + forwarded,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, env=env)
+                text=True, env=jax_env if backend == "jax" else env)
             ready = workers[backend].stdout.readline()
             if not ready:
                 raise RuntimeError(f"the {backend} worker exited before its first step: rerun "
@@ -232,6 +250,8 @@ def main(argv=None) -> dict:
     result["loadavg_after"] = load_average()
     result["backends"] = {
         b: {"precision": first[b]["precision"], "first_step_s": round(first[b]["first_step_s"], 2),
+            "glibc_tunables": (jax_env if b == "jax" else env).get(
+                malloc_tunables.GLIBC_TUNABLES_ENV),
             "rounds": [{k: round(v, 1) for k, v in r.items()} for r in rounds[b]],
             "median_wall_ms": round(statistics.median(r["wall_ms"] for r in rounds[b]), 1),
             "median_cpu_ms": round(statistics.median(r["cpu_ms"] for r in rounds[b]), 1)}

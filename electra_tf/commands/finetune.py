@@ -30,7 +30,7 @@ import argparse
 import os
 import sys
 
-from electra_tf import console
+from electra_tf import console, malloc_tunables
 from electra_tf.cli import run_cli
 from electra_tf.commands import hparams_epilog
 from electra_tf.finetuning.config import HPARAM_NAMES, FinetuningConfig
@@ -107,6 +107,8 @@ def with_spm_model(hparams, spm_model):
 def main(argv=None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     console.setup(args.quiet, args.verbose)
+    if args.backend == "jax" and argv is None:  # the command line's process, not a caller's
+        malloc_tunables.reexec_for_jax()
     if args.backend == "tensorflow":
         console.import_tensorflow()
     else:

@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 
-from electra_tf import console
+from electra_tf import console, malloc_tunables
 from electra_tf.cli import EXIT_PREEMPTED, run_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
 from electra_tf.config import HPARAM_NAMES, PretrainingConfig
@@ -130,6 +130,8 @@ def main(argv=None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     console.setup(args.quiet, args.verbose)
     backend = selected_backend(args)
+    if backend == "jax" and argv is None:  # the command line's process, not a caller's
+        malloc_tunables.reexec_for_jax()
     if backend == "tensorflow":
         console.import_tensorflow()
     else:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from benchmarks import finetune_step
-from electra_tf import precision
+from electra_tf import malloc_tunables, precision
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,6 +40,14 @@ def test_cpu_flags_reads_avx512_and_amx_names(tmp_path):
     assert finetune_step.cpu_flags(str(tmp_path / "absent")) == []
 
 
+@pytest.mark.parametrize("argv", [["--backends", "jax", "--tiny"], ["--backends=jax", "--tiny"],
+                                  ["--tiny", "--backends", "tensorflow,jax"]])
+def test_workers_get_every_argument_but_backends(argv):
+    assert finetune_step.worker_argv(argv) == ["--tiny"]
+    # What the worker parses: a leftover backend name would be an unknown argument.
+    assert finetune_step.parse_args(finetune_step.worker_argv(argv) + ["--worker", "jax"]).tiny
+
+
 @pytest.mark.slow  # 65 s on 2 cores at load 7: two workers build and compile the tiny model
 def test_tiny_run_times_both_backends_alternately(tmp_path):
     vocab = tmp_path / "vocab.txt"  # the model's vocab_size stays BERT's; any smaller vocab fits
@@ -59,4 +67,8 @@ def test_tiny_run_times_both_backends_alternately(tmp_path):
     assert result["backends"]["tensorflow"]["precision"] == precision.resolve(
         "auto", precision.DeviceFacts("cpu", name, flags), ("float32", "mixed_bfloat16")).policy
     assert result["backends"]["jax"]["precision"] == "float32"
+    # The JAX worker runs with the malloc tunables its runner sets here (where it sets them).
+    assert (result["backends"]["jax"]["glibc_tunables"] or "").endswith(
+        ":".join(malloc_tunables.TUNABLES)) == (
+        malloc_tunables.environ_for_jax(os.environ) is not None)
     assert len(result["loadavg_before"]) == 3
