@@ -103,8 +103,10 @@ def reexec_for_jax() -> None:
                     OPT_OUT_ENV)
         return
     environ = environ_for_jax()
-    if environ is None or not sys.executable or not getattr(sys, "orig_argv", None):
+    argv = list(getattr(sys, "orig_argv", None) or [])
+    # A program read from standard input (`python - < tool.py`) cannot be read again.
+    if environ is None or not sys.executable or len(argv) < 2 or argv[1] == "-":
         return
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable] + list(sys.orig_argv[1:]), environ)
+    os.execve(sys.executable, [sys.executable] + argv[1:], environ)

@@ -122,6 +122,23 @@ def test_reexec_keeps_the_process_and_its_arguments():
     assert first[3] == second[3] == "['--flag', 'a b']"
 
 
+@pytest.mark.parametrize("orig_argv", [["python", "-"], ["python"]])
+def test_no_reexec_of_a_program_read_from_stdin(orig_argv, monkeypatch):
+    monkeypatch.delenv(mt.GLIBC_TUNABLES_ENV, raising=False)
+    monkeypatch.delenv(mt.OPT_OUT_ENV, raising=False)
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    monkeypatch.setattr(sys, "orig_argv", orig_argv, raising=False)
+    monkeypatch.setattr(mt, "is_glibc", lambda: True)
+    calls = []
+    monkeypatch.setattr(os, "execve", lambda *a: calls.append(a))
+    mt.reexec_for_jax()
+    assert calls == []
+    monkeypatch.setattr(sys, "orig_argv", ["python", "tool.py", "--x"], raising=False)
+    mt.reexec_for_jax()  # the same process with a script: re-executed
+    assert calls == [(sys.executable, [sys.executable, "tool.py", "--x"],
+                      dict(os.environ, **{mt.GLIBC_TUNABLES_ENV: OURS}))]
+
+
 class _Reexec(Exception):
     pass
 
