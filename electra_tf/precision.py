@@ -28,8 +28,11 @@ XLA:CPU, JAX's CPU backend, multiplies bf16 with its own kernels, not oneDNN's A
 AMX ones (and electra-tf turns its YNNPACK fusions off: `portable_runner.cpu_compiler_options`),
 so bf16 buys nothing there and costs casts: on a 2-core AMD EPYC Zen 4 with AVX512_BF16,
 ELECTRA-small pretraining on JAX ran 10.7 sequences/s in bf16 against 11.2 in float32, and a
-fine-tuning step took 3.9-4.3 s of CPU time against 3.7-3.8 (docs/benchmarks.md). So `auto`
-picks float32 for JAX on any CPU; an explicit mixed_bfloat16 there runs, with the warning.
+fine-tuning step took 3.9-4.3 s of CPU time against 3.7-3.8 (docs/benchmarks.md); with the
+malloc tunables the tools now start JAX with (`malloc_tunables`), 13.4 against 13.1 sequences/s
+and 1879 against 1779 ms of wall time per fine-tuning step: no faster either way. So `auto`
+picks float32 for JAX on any CPU (float32 numerics at the same speed); an explicit
+mixed_bfloat16 there runs, with the warning.
 PyTorch's CPU matmuls are oneDNN's: there the same fine-tuning step took 1.6-1.8 s of wall
 time in bf16 against 2.3 s in float32, so PyTorch keeps TensorFlow's rule.
 
@@ -66,8 +69,8 @@ EMULATED_BF16_SLOWDOWN = ("~7x slower than float32 (ELECTRA-small pretraining at
                           "AMD EPYC Zen 3: 1.9 against 12.4 sequences/s)")
 # What bf16 does on XLA:CPU (JAX), as measured on an AVX512_BF16 CPU (docs/benchmarks.md).
 XLA_CPU_BF16 = ("JAX's CPU backend (XLA:CPU) has no native bf16 matmul kernels: bf16 is no faster "
-                "than float32 there (ELECTRA-small pretraining on an AVX512_BF16 AMD EPYC: 10.7 "
-                "against 11.2 sequences/s)")
+                "than float32 there (ELECTRA-small on an AVX512_BF16 AMD EPYC: pretraining 13.4 "
+                "against 13.1 sequences/s, a fine-tuning step 1879 against 1779 ms)")
 
 
 # The tools' `--help` paragraph on the mixed_precision hparam.
