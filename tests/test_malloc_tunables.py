@@ -80,8 +80,6 @@ print(json.dumps(faults))
 
 @glibc_only
 def test_glibc_keeps_a_threads_large_buffer_mapped_with_the_tunables():
-    pages = (256 << 20) // os.sysconf("SC_PAGE_SIZE")
-
     def faults(**extra):
         env = fx.subprocess_env(**extra)
         env.pop(mt.GLIBC_TUNABLES_ENV, None)
@@ -92,10 +90,13 @@ def test_glibc_keeps_a_threads_large_buffer_mapped_with_the_tunables():
 
     default = faults()
     tuned = faults(**{mt.GLIBC_TUNABLES_ENV: OURS})
-    # Without: every step maps the buffer anew and faults every page in again.
-    assert all(f > pages // 2 for f in default), default
+    # Relative to the first step's faults: 65,537 with 4 KB pages, ~128 where transparent huge
+    # pages are "always" (2 MB pages), not a page count fixed here.
+    assert default[0] >= 100 and tuned[0] >= 100, (default, tuned)
+    # Without: every step maps the buffer anew and faults it all in again.
+    assert all(f > default[0] // 2 for f in default[1:]), default
     # With: the first step faults it in, the later ones reuse it.
-    assert tuned[0] > pages // 2 and all(f < pages // 20 for f in tuned[1:]), tuned
+    assert all(f <= tuned[0] // 20 for f in tuned[1:]), tuned
 
 
 _REEXEC = r"""
