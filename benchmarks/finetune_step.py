@@ -219,7 +219,8 @@ def main(argv=None) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [REPO_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     # The JAX worker starts as `run_finetuning.py --backend jax` re-executes itself on a CPU.
-    jax_env = env if args.default_malloc else malloc_tunables.environ_for_jax(env) or env
+    worker_env = {"tensorflow": env, "jax": env if args.default_malloc
+                  else malloc_tunables.environ_for_jax(env) or env}
     result = {"args": {k: v for k, v in vars(args).items() if k != "worker"},
               "cpu_flags": cpu_flags(), "cpu_count": os.cpu_count(),
               "loadavg_before": load_average()}
@@ -229,7 +230,7 @@ def main(argv=None) -> dict:
             workers[backend] = subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "--worker", backend] + forwarded,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                text=True, env=jax_env if backend == "jax" else env)
+                text=True, env=worker_env[backend])
             ready = workers[backend].stdout.readline()
             if not ready:
                 raise RuntimeError(f"the {backend} worker exited before its first step: rerun "
@@ -250,8 +251,7 @@ def main(argv=None) -> dict:
     result["loadavg_after"] = load_average()
     result["backends"] = {
         b: {"precision": first[b]["precision"], "first_step_s": round(first[b]["first_step_s"], 2),
-            "glibc_tunables": (jax_env if b == "jax" else env).get(
-                malloc_tunables.GLIBC_TUNABLES_ENV),
+            "glibc_tunables": worker_env[b].get(malloc_tunables.GLIBC_TUNABLES_ENV),
             "rounds": [{k: round(v, 1) for k, v in r.items()} for r in rounds[b]],
             "median_wall_ms": round(statistics.median(r["wall_ms"] for r in rounds[b]), 1),
             "median_cpu_ms": round(statistics.median(r["cpu_ms"] for r in rounds[b]), 1)}

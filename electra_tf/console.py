@@ -19,6 +19,8 @@ import os
 import sys
 import tempfile
 
+from electra_tf import malloc_tunables
+
 # Loggers of libraries whose INFO and WARNING lines are not the user's business by default.
 THIRD_PARTY_LOGGERS = ("tensorflow", "absl", "keras", "h5py", "jax")
 TF_CPP_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
@@ -90,6 +92,20 @@ def import_tensorflow():
         import tensorflow as tf
     _quiet_tensorflow_loggers()
     return tf
+
+
+def use_backend(backend: str, command_line: bool) -> None:
+    """A tool's choice of Keras backend, made after `setup` and before anything imports Keras
+    (which reads `KERAS_BACKEND` once, at import): TensorFlow is imported (`import_tensorflow`),
+    JAX or PyTorch named in `KERAS_BACKEND`. On JAX, the command line's own process
+    (`command_line`: the tool's `main` got no argv; never a caller's process) first re-executes
+    itself with glibc's malloc tunables where they apply (`malloc_tunables.reexec_for_jax`)."""
+    if backend == "jax" and command_line:
+        malloc_tunables.reexec_for_jax()
+    if backend == "tensorflow":
+        import_tensorflow()
+    else:
+        os.environ[KERAS_BACKEND_ENV] = backend
 
 
 def use_tensorflow_keras() -> None:

@@ -99,7 +99,8 @@ def reexec_for_jax() -> None:
     tunables are in effect."""
     if applied():
         logger.info("malloc: %s for XLA:CPU's per-step buffers (%s=off to leave malloc alone)",
-                    ":".join(TUNABLES[:2] + ("glibc.malloc.trim_threshold=64GiB",)),
+                    ":".join(TUNABLES[:2] + (
+                        f"glibc.malloc.trim_threshold={TRIM_THRESHOLD >> 30}GiB",)),
                     OPT_OUT_ENV)
         return
     environ = environ_for_jax()

@@ -27,10 +27,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from electra_tf import console, malloc_tunables
+from electra_tf import console
 from electra_tf.cli import run_cli
 from electra_tf.commands import hparams_epilog
 from electra_tf.finetuning.config import HPARAM_NAMES, FinetuningConfig
@@ -107,13 +106,7 @@ def with_spm_model(hparams, spm_model):
 def main(argv=None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     console.setup(args.quiet, args.verbose)
-    if args.backend == "jax" and argv is None:  # the command line's process, not a caller's
-        malloc_tunables.reexec_for_jax()
-    if args.backend == "tensorflow":
-        console.import_tensorflow()
-    else:
-        # Before anything imports keras: Keras reads its backend once, at import.
-        os.environ[console.KERAS_BACKEND_ENV] = args.backend
+    console.use_backend(args.backend, command_line=argv is None)
 
     def work():
         # lazy: after KERAS_BACKEND is set above (keras reads it once, at import)

@@ -26,7 +26,7 @@ import logging
 import os
 import sys
 
-from electra_tf import console, malloc_tunables
+from electra_tf import console
 from electra_tf.cli import EXIT_PREEMPTED, run_cli
 from electra_tf.commands import hparams_epilog, non_negative_int
 from electra_tf.config import HPARAM_NAMES, PretrainingConfig
@@ -130,13 +130,7 @@ def main(argv=None, prog: str = PROG) -> int:
     args = parse_args(argv, prog)
     console.setup(args.quiet, args.verbose)
     backend = selected_backend(args)
-    if backend == "jax" and argv is None:  # the command line's process, not a caller's
-        malloc_tunables.reexec_for_jax()
-    if backend == "tensorflow":
-        console.import_tensorflow()
-    else:
-        # Before anything imports keras: Keras reads its backend once, at import.
-        os.environ["KERAS_BACKEND"] = backend
+    console.use_backend(backend, command_line=argv is None)
     code = run_pretraining_cli(args, prog)
     if backend == "jax":
         from electra_tf.training.portable import hosts  # lazy: JAX is imported by JAX runs only

@@ -573,10 +573,7 @@ def _run(config: FinetuningConfig, overwrite: bool) -> dict:
         # cache, the second trial and every later run of the same shapes load them instead.
         from electra_tf.training.portable import support as portable_support  # lazy: JAX only
 
-        cache = portable_support.use_compilation_cache(backend)
-        if cache:
-            logger.info("compiled programs cached in %s (%s=off: not)", cache,
-                        portable_support.COMPILATION_CACHE_ENV)
+        portable_support.use_compilation_cache(backend)
     done_trials = _resumed_trials(config, overwrite) if backend != "tensorflow" else None
     if done_trials is None:
         _check_outputs(config, overwrite)

@@ -4,6 +4,7 @@ splits the global batch over. Free of TensorFlow."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from typing import List, Optional
@@ -14,6 +15,8 @@ from electra_tf.config import PretrainingConfig
 from electra_tf.errors import TrainingError
 from electra_tf.sources import downloads
 from electra_tf.training import capabilities
+
+logger = logging.getLogger("electra_tf")
 
 # What this trainer can run on: the TensorFlow strategies that map to Keras' distribution API.
 STRATEGIES = {"jax": ("auto", "one_device", "mirrored", "tpu", "multi_worker"),
@@ -96,13 +99,22 @@ COMPILATION_CACHE_MAX_BYTES = 4 << 30  # least recently used entries go beyond i
 
 def use_compilation_cache(backend: str) -> Optional[str]:
     """JAX: turns on XLA's persistent compilation cache, so a resumed run (or any later run of
-    the same model, batch and JAX) loads its compiled programs (the step, the initializers)
-    instead of compiling them. A cache set already (JAX_COMPILATION_CACHE_DIR, jax.config) is
-    kept; $ELECTRA_TF_JAX_COMPILATION_CACHE names the directory or turns it off.
+    the same model, batch and JAX: pretraining, each fine-tuning trial) loads its compiled
+    programs (the step, the initializers) instead of compiling them. A cache set already
+    (JAX_COMPILATION_CACHE_DIR, jax.config) is kept; $ELECTRA_TF_JAX_COMPILATION_CACHE names the
+    directory or turns it off. Logs the directory in use.
 
     Returns:
         The cache directory in use, or None (off, or not JAX).
     """
+    path = _compilation_cache(backend)
+    if path:
+        logger.info("compiled programs cached in %s (%s=off: not)", path, COMPILATION_CACHE_ENV)
+    return path
+
+
+def _compilation_cache(backend: str) -> Optional[str]:
+    """`use_compilation_cache` less its log line."""
     if backend != "jax":
         return None
     import jax  # lazy: JAX is an optional backend (a PyTorch run has none)

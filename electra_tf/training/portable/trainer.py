@@ -170,10 +170,7 @@ class PortableTrainer(PretrainingRun):
             logger.info("data-parallel over %d devices: %s", len(self.devices),
                         ", ".join(str(d) for d in self.devices))
         keras.mixed_precision.set_global_policy(self.precision.policy)
-        cache = portable_support.use_compilation_cache(config.backend)
-        if cache:
-            logger.info("compiled programs cached in %s (%s=off: not)", cache,
-                        portable_support.COMPILATION_CACHE_ENV)
+        portable_support.use_compilation_cache(config.backend)
         keras.utils.set_random_seed(config.seed)  # weight init
         # JAX: every variable built from shapes, initialized in a few compiled calls on leaving.
         with deferred_init.deferred_variables():
